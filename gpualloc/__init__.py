@@ -1,0 +1,2 @@
+"""gpualloc: plan how a shared GPU cluster is used."""
+__version__ = "0.1.0"

@@ -1,0 +1,190 @@
+"""Feasibility of a plan: rules 1 to 3 of PROBLEM.md, every violation kind
+listed with a count and a first example.
+
+    python -m gpualloc.check SCENARIO PLAN    # exit 0 feasible, 1 infeasible, 2 bad input
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from gpualloc.scenario import Scenario, ScenarioError
+
+
+@dataclass
+class Check:
+    violations: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def add(self, kind: str, count: int, example: str) -> None:
+        if count:
+            self.violations[kind] = (count, example)
+
+    def __str__(self) -> str:
+        if self.ok:
+            return "feasible"
+        lines = ["infeasible:"]
+        for kind, (count, example) in self.violations.items():
+            lines.append(f"  {kind}: {count} (first: {example})")
+        return "\n".join(lines)
+
+
+def _job(s: Scenario, j: int) -> str:
+    return f"job {s.jobs[j].id!r} (index {j})"
+
+
+def _runs(owner_tg: torch.Tensor, brk: torch.Tensor):
+    """Maximal runs of equal owner along the GPU axis of (T, G), broken where
+    `brk` (G,) is true (a new node or pool starts). Returns per run: its owner,
+    first GPU, length and timestep."""
+    T, G = owner_tg.shape
+    new = torch.ones_like(owner_tg, dtype=torch.bool)
+    new[:, 1:] = (owner_tg[:, 1:] != owner_tg[:, :-1]) | brk[None, 1:]
+    t_idx, g_idx = new.nonzero(as_tuple=True)
+    run_id = torch.cumsum(new.flatten(), 0) - 1  # (T*G,)
+    length = torch.bincount(run_id, minlength=len(t_idx))
+    return owner_tg[t_idx, g_idx], g_idx, length, t_idx
+
+
+def check(s: Scenario, owner: torch.Tensor) -> Check:
+    """Verify feasibility rules 1-3 of PROBLEM.md for the (G, T) owner grid."""
+    out = Check()
+    owner = owner.cpu().long()
+    G, T, J = s.G, s.T, s.J
+    if tuple(owner.shape) != (G, T):
+        out.add("shape", 1, f"owner grid is {tuple(owner.shape)}, scenario needs ({G}, {T})")
+        return out
+    bad = (owner < -1) | (owner >= J)
+    if bad.any():
+        g, t = bad.nonzero()[0].tolist()
+        out.add("owner_range", int(bad.sum()),
+                f"owner[{g}][{t}] = {int(owner[g, t])} is not -1 or a job index < {J}")
+        owner = torch.where(bad, torch.full_like(owner, -1), owner)
+    g_idx, t_idx = (owner >= 0).nonzero(as_tuple=True)
+    if len(g_idx) == 0:
+        return out
+    j_idx = owner[g_idx, t_idx]
+
+    # Rule 1: a cell is held only after arrival, on a compatible GPU.
+    early = t_idx < s.arrival[j_idx]
+    if early.any():
+        i = int(early.nonzero()[0])
+        out.add("before_arrival", int(early.sum()),
+                f"{_job(s, int(j_idx[i]))} holds GPU {int(g_idx[i])} at t={int(t_idx[i])}, "
+                f"arrival {int(s.arrival[j_idx[i]])}")
+    incompatible = ~s.compat[j_idx, g_idx]
+    if incompatible.any():
+        i = int(incompatible.nonzero()[0])
+        out.add("incompatible", int(incompatible.sum()),
+                f"{_job(s, int(j_idx[i]))} holds GPU {int(g_idx[i])} "
+                f"({s.gpu_type[int(g_idx[i])]}, {float(s.gpu_memory[g_idx[i]]):g} GB)")
+
+    _check_rigid(s, out, g_idx, t_idx, j_idx)
+    _check_elastic(s, out, owner)
+    return out
+
+
+def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:
+    # Rule 2: a rigid job's cells are exactly block x [start, min(start+duration, T)).
+    J, T = s.J, s.T
+    sel = s.rigid[j_idx]
+    g, t, j = g_idx[sel], t_idx[sel], j_idx[sel]
+    if len(j) == 0:
+        return
+    start = torch.full((J,), T, dtype=torch.long).scatter_reduce(0, j, t, "amin")
+    at_start = t == start[j]
+    gmin = torch.full((J,), s.G, dtype=torch.long).scatter_reduce(0, j[at_start], g[at_start], "amin")
+    gmax = torch.full((J,), -1, dtype=torch.long).scatter_reduce(0, j[at_start], g[at_start], "amax")
+    width = torch.bincount(j[at_start], minlength=J)
+    cells = torch.bincount(j, minlength=J)
+    held = cells > 0
+    k = s.gpus
+    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
+    first_of_node = torch.zeros(s.G, dtype=torch.bool)
+    first_of_node[s.node_first_gpu] = True
+    lo, hi = gmin.clamp(max=s.G - 1), gmax.clamp(min=0)
+    n = gpn[lo]
+    in_node = (k <= n) & (s.gpu_node[lo] == s.gpu_node[hi])
+    whole_nodes = (k > n) & (k % n == 0) & first_of_node[lo] & (s.gpu_pool[lo] == s.gpu_pool[hi])
+    is_block = (width == k) & (gmax - gmin + 1 == k) & (in_node | whole_nodes)
+    bad_block = held & ~is_block
+    if bad_block.any():
+        i = int(bad_block.nonzero()[0])
+        out.add("rigid_not_block", int(bad_block.sum()),
+                f"{_job(s, i)} holds GPUs {int(gmin[i])}..{int(gmax[i])} ({int(width[i])} GPUs) "
+                f"at its start t={int(start[i])}; it needs one block of {int(k[i])}")
+    length = torch.minimum(s.duration, T - start.clamp(max=T))
+    inside = (g >= gmin[j]) & (g <= gmax[j]) & (t < start[j] + length[j])
+    outside = torch.bincount(j[~inside], minlength=J) > 0
+    bad_run = held & is_block & (outside | (cells != k * length))
+    if bad_run.any():
+        i = int(bad_run.nonzero()[0])
+        out.add("rigid_not_run", int(bad_run.sum()),
+                f"{_job(s, i)} holds {int(cells[i])} cells; block {int(gmin[i])}..{int(gmax[i])} "
+                f"from t={int(start[i])} for {int(length[i])} steps needs exactly "
+                f"{int(k[i] * length[i])}")
+
+
+def _check_elastic(s, out, owner) -> None:
+    # Rule 3: at each t an elastic job's GPUs split into blocks of `gpus`. Blocks
+    # are consecutive, so every maximal run of its GPUs (inside a node, or for
+    # replicas larger than a node, inside a pool from a node's first GPU) must
+    # be a multiple of the replica size.
+    el = torch.zeros(s.J + 1, dtype=torch.bool)
+    el[:-1] = ~s.rigid
+    if not el.any():
+        return
+    owner_tg = torch.where(el[owner], owner, torch.full_like(owner, -1)).T.contiguous()
+    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
+    first_of_node = torch.zeros(s.G, dtype=torch.bool)
+    first_of_node[s.node_first_gpu] = True
+    first_of_pool = torch.ones(s.G, dtype=torch.bool)
+    first_of_pool[1:] = s.gpu_pool[1:] != s.gpu_pool[:-1]
+    bad_total, example = 0, ""
+    for brk, multi_node in ((first_of_node, False), (first_of_pool, True)):
+        j, g0, length, t = _runs(owner_tg, brk)
+        keep = j >= 0
+        j, g0, length, t = j[keep], g0[keep], length[keep], t[keep]
+        k, n = s.gpus[j], gpn[g0]
+        if multi_node:
+            applies = k > n
+            good = (k % n == 0) & first_of_node[g0] & (length % k == 0)
+        else:
+            applies = k <= n
+            good = length % k == 0
+        bad = applies & ~good
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            bad_total += int(bad.sum())
+            example = example or (f"{_job(s, int(j[i]))} holds {int(length[i])} GPUs from GPU "
+                                  f"{int(g0[i])} at t={int(t[i])}; replicas are blocks of "
+                                  f"{int(k[i])}")
+    out.add("elastic_not_blocks", bad_total, example)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpualloc.plan import load_plan
+    from gpualloc.scenario import load
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m gpualloc.check SCENARIO PLAN", file=sys.stderr)
+        return 2
+    try:
+        scenario = load(argv[0])
+        _, owner = load_plan(argv[1], scenario)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = check(scenario, owner)
+    print(result)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Typed configs, registered once with Hydra's ConfigStore.
+
+YAML under conf/ holds values; these dataclasses are the schemas. Everything
+below run.py receives these objects, never a DictConfig.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+# ---- scenarios ------------------------------------------------------------------
+
+@dataclass
+class PoolConfig:
+    name: str = "h100"
+    count: int = 4
+    """Nodes in the pool."""
+    gpus_per_node: int = 8
+    gpu_type: str = "H100"
+    memory_gb: float = 80.0
+
+
+@dataclass
+class RigidWorkloadConfig:
+    """One kind of rigid job: training, batch inference or quantization."""
+
+    count: int = 0
+    """Jobs over the horizon (used when rate_per_hour is 0)."""
+    rate_per_hour: float = 0.0
+    """Poisson arrival rate over the arrival window; replaces count when > 0."""
+    gpus: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """GPU counts to draw from (powers of two; above a node's size, whole nodes)."""
+    gpus_weights: list[float] = field(default_factory=list)
+    """Weights of `gpus`; empty for uniform."""
+    duration_median_hours: float = 4.0
+    duration_sigma: float = 0.7
+    """Log-normal sigma of the duration."""
+    duration_max_hours: float = 96.0
+    priority: list[int] = field(default_factory=lambda: [1, 6])
+    """Inclusive range; each job draws an integer uniformly."""
+    arrival_window: list[float] = field(default_factory=lambda: [0.0, 0.9])
+    """Fractions of the horizon between which jobs arrive."""
+    bursts: int = 0
+    """0: arrivals uniform over the window; n > 0: clustered in n bursts."""
+    burst_hours: float = 3.0
+    """Spread of each burst (exponential, hours)."""
+    gpu_types: list[list[str]] = field(default_factory=list)
+    """Allowed-type sets to draw from ([] inside = any type); empty list: any type."""
+    gpu_types_weights: list[float] = field(default_factory=list)
+    min_memory_gb: list[float] = field(default_factory=lambda: [0.0])
+    """Memory needs to draw from."""
+    min_memory_weights: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RealtimeWorkloadConfig:
+    """Real-time inference services with a diurnal demand curve."""
+
+    services: int = 0
+    gpus: list[int] = field(default_factory=lambda: [1])
+    """Replica sizes to draw from."""
+    gpus_weights: list[float] = field(default_factory=list)
+    peak_replicas: list[int] = field(default_factory=lambda: [4, 8])
+    """Inclusive range of a service's day-peak replicas."""
+    peak_to_trough: list[float] = field(default_factory=lambda: [2.0, 4.0])
+    """Range of the day peak over the night trough."""
+    peak_hour: list[float] = field(default_factory=lambda: [13.0, 17.0])
+    noise: float = 0.08
+    """Relative standard deviation of the per-step noise."""
+    spikes_per_day: float = 0.3
+    spike_factor: list[float] = field(default_factory=lambda: [1.3, 1.8])
+    spike_hours: list[float] = field(default_factory=lambda: [1.0, 3.0])
+    priority: list[int] = field(default_factory=lambda: [7, 10])
+    arrival_window: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    gpu_types: list[list[str]] = field(default_factory=list)
+    gpu_types_weights: list[float] = field(default_factory=list)
+    min_memory_gb: list[float] = field(default_factory=lambda: [0.0])
+    min_memory_weights: list[float] = field(default_factory=list)
+
+
+@dataclass
+class GeneratedScenarioConfig:
+    """A synthetic scenario; `seed` (top level) makes it repeatable."""
+
+    name: str = MISSING
+    horizon: int = 168
+    """Timesteps."""
+    step_minutes: int = 60
+    pools: list[PoolConfig] = field(default_factory=lambda: [PoolConfig()])
+    training: RigidWorkloadConfig = field(default_factory=lambda: RigidWorkloadConfig(
+        gpus=[1, 2, 4, 8, 16], priority=[3, 8], duration_median_hours=12.0))
+    batch_inference: RigidWorkloadConfig = field(default_factory=lambda: RigidWorkloadConfig(
+        gpus=[1, 2, 4], priority=[1, 6], duration_median_hours=3.0))
+    quantization: RigidWorkloadConfig = field(default_factory=lambda: RigidWorkloadConfig(
+        gpus=[1, 2, 4, 8], priority=[1, 6], duration_median_hours=2.0))
+    realtime_inference: RealtimeWorkloadConfig = field(default_factory=RealtimeWorkloadConfig)
+
+
+@dataclass
+class FileScenarioConfig:
+    """A scenario file of PROBLEM.md's format (JSON or YAML)."""
+
+    path: str = ""
+    """Empty: the small example that ships with gpualloc (gpualloc/examples/)."""
+
+
+# ---- policies ---------------------------------------------------------------------
+
+@dataclass
+class FifoConfig:
+    reserve: Optional[int] = None
+    """Whole nodes reserved for real-time inference; null: PROBLEM.md's rule
+    (the fewest nodes covering the peak total elastic demand)."""
+
+
+# ---- the run ------------------------------------------------------------------------
+
+@dataclass
+class RunConfig:
+    scenario: Any = None
+    """Chosen with +scenario=NAME; left out of the defaults on purpose."""
+    policies: list[str] = field(default_factory=lambda: ["fifo"])
+    """Policies to run, by registry name (gpualloc.policies)."""
+    device: str = "auto"
+    """auto | cpu | cuda"""
+    seed: int = 0
+    """Reseeds the generator and the solvers."""
+    save_plans: bool = True
+    fifo: FifoConfig = field(default_factory=FifoConfig)
+
+
+def register_configs() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="schema/scenario", name="generated", node=GeneratedScenarioConfig)
+    cs.store(group="schema/scenario", name="file", node=FileScenarioConfig)

@@ -1,0 +1,94 @@
+"""Every metric of PROBLEM.md for one plan, and its gains against FIFO's plan."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gpualloc.scenario import KINDS, RIGID_KINDS, Scenario
+
+
+def held(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
+    """(J, T) int64: n_j(t), the GPUs job j holds at t."""
+    owner = owner.cpu().long()
+    busy = owner >= 0
+    j = owner[busy]
+    t = torch.arange(s.T).expand(s.G, s.T)[busy]
+    return torch.bincount(j * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)
+
+
+def useful(s: Scenario, n: torch.Tensor) -> torch.Tensor:
+    """(J, T) int64 useful GPUs from (J, T) held GPUs: a rigid job's GPUs while
+    it runs, an elastic job's whole replicas up to demand."""
+    k = s.gpus[:, None]
+    replicas = torch.minimum(n // k, s.demand)
+    return torch.where(s.rigid[:, None], n, replicas * k)
+
+
+def weighted_throughput(s: Scenario, owner: torch.Tensor) -> float:
+    """The objective: sum over j, t of priority_j * useful(j, t)."""
+    return float((s.priority[:, None] * useful(s, held(s, owner)).double()).sum())
+
+
+def metrics(s: Scenario, owner: torch.Tensor) -> dict:
+    """All metrics of PROBLEM.md for a (feasible) plan, as plain numbers."""
+    owner = owner.cpu().long()
+    n = held(s, owner)
+    u = useful(s, n)
+    cells = s.G * s.T
+    out: dict = {
+        "utilization": float(u.sum()) / cells,
+        "weighted_throughput": float((s.priority[:, None] * u.double()).sum()),
+        "allocated": float((owner >= 0).sum()) / cells,
+    }
+    demanded = int(s.demand[~s.rigid].sum())
+    served = int(torch.minimum(n // s.gpus[:, None], s.demand)[~s.rigid].sum())
+    out["realtime_slo"] = served / demanded if demanded else 1.0
+    out["replicas_demanded"] = demanded
+    out["replicas_served"] = served
+
+    ran = n.sum(1) > 0
+    start = torch.where(n > 0, torch.arange(s.T), s.T).amin(1)  # (J,) first timestep held
+    completed = ran & (start + s.duration <= s.T)
+    wait = (start - s.arrival).double()
+    kinds = [j.kind for j in s.jobs]
+    per_kind = {}
+    for kind in KINDS:
+        mask = torch.tensor([k == kind for k in kinds], dtype=torch.bool)
+        if not mask.any():
+            continue
+        row = {"jobs": int(mask.sum()), "unplaceable": int((mask & s.unplaceable).sum())}
+        if kind in RIGID_KINDS:
+            waits = wait[mask & s.rigid & ran].numpy()
+            row.update(started=int((mask & ran).sum()), completed=int((mask & completed).sum()),
+                       mean_wait=_mean(waits), p95_wait=_p95(waits))
+        else:
+            row["served_any"] = int((mask & ran).sum())
+        per_kind[kind] = row
+    out["per_kind"] = per_kind
+    rigid_waits = wait[s.rigid & ran].numpy()
+    out["jobs_started"] = int((s.rigid & ran).sum())
+    out["jobs_completed"] = int((s.rigid & completed).sum())
+    out["unplaceable"] = int(s.unplaceable.sum())
+    out["mean_wait"] = _mean(rigid_waits)
+    out["p95_wait"] = _p95(rigid_waits)
+    return out
+
+
+def gains(m: dict, fifo: dict) -> dict:
+    """PROBLEM.md's gains against the FIFO plan of the same scenario."""
+    base = fifo["weighted_throughput"]
+    return {
+        "utilization_points": 100.0 * (m["utilization"] - fifo["utilization"]),
+        # Undefined (None) when FIFO does no useful work at all.
+        "weighted_throughput_pct": 100.0 * (m["weighted_throughput"] / base - 1.0) if base else None,
+    }
+
+
+def _mean(x: np.ndarray) -> float | None:
+    return float(x.mean()) if len(x) else None
+
+
+def _p95(x: np.ndarray) -> float | None:
+    # numpy's default (linear interpolation between order statistics).
+    return float(np.percentile(x, 95)) if len(x) else None
+

@@ -1,0 +1,26 @@
+"""The policy registry: name -> policy(scenario, run config, device) -> Plan.
+
+Entries import their module lazily, so an optional dependency (OR-Tools for
+`exact`) is needed only when that policy runs.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from gpualloc.config import RunConfig
+from gpualloc.plan import Plan
+from gpualloc.scenario import Scenario
+
+Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
+
+
+def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.fifo import fifo
+    return fifo(s, cfg.fifo, device)
+
+
+POLICIES: dict[str, Policy] = {
+    "fifo": _fifo,
+}

@@ -1,0 +1,146 @@
+"""The main command: build a scenario, run the policies, check every plan, print
+one table, write scenario.json, plan_<policy>.json and metrics.json into
+Hydra's run folder.
+
+    python -m gpualloc.run +scenario=mixed
+    python -m gpualloc.run +scenario=file scenario.path=my.yaml policies=[fifo]
+    python -m gpualloc.run -m '+scenario=glob(*)' seed=0,1,2
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from importlib import resources
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from gpualloc import scenario as scenario_io
+from gpualloc.check import check
+from gpualloc.config import FileScenarioConfig, GeneratedScenarioConfig, RunConfig, register_configs
+from gpualloc.files import atomic_write_text
+from gpualloc.generate import generate
+from gpualloc.metrics import gains, metrics
+from gpualloc.plan import save_plan
+from gpualloc.policies import POLICIES
+from gpualloc.report import format_run_table
+from gpualloc.scenario import Scenario, ScenarioError
+
+
+class InfeasiblePlan(RuntimeError):
+    """A policy returned a plan the checker rejects: a bug, never hidden."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ScenarioError("device=cuda: no CUDA device is available (use device=auto or cpu)")
+    if name not in ("cpu", "cuda"):
+        raise ScenarioError(f"device={name}: must be auto, cpu or cuda")
+    return torch.device(name)
+
+
+def build_scenario(cfg, seed: int) -> Scenario:
+    if isinstance(cfg, FileScenarioConfig):
+        if cfg.path:
+            return scenario_io.load(cfg.path)
+        with resources.as_file(resources.files("gpualloc.examples") / "tiny.yaml") as path:
+            return scenario_io.load(path)
+    if isinstance(cfg, GeneratedScenarioConfig):
+        return generate(cfg, seed)
+    raise ScenarioError(f"scenario: unknown scenario config {type(cfg).__name__}")
+
+
+def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
+    """Run every chosen policy on the scenario; returns what metrics.json holds."""
+    unknown = [p for p in cfg.policies if p not in POLICIES]
+    if unknown:
+        raise ScenarioError(f"policies: unknown {', '.join(unknown)} "
+                            f"(known: {', '.join(POLICIES)})")
+    device = resolve_device(cfg.device)
+    s = build_scenario(cfg.scenario, cfg.seed)
+    if out_dir is not None:
+        s.save(out_dir / "scenario.json")
+    result = {"scenario": s.name, "seed": cfg.seed, "device": str(device),
+              "gpus": s.G, "jobs": s.J, "timesteps": s.T,
+              "offered_load": s.offered_load, "policies": {}}
+    # FIFO is the yardstick of every gain, so it runs first (and always).
+    names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
+    for name in names:
+        start = time.perf_counter()
+        plan = POLICIES[name](s, cfg, device)
+        wall = time.perf_counter() - start
+        verdict = check(s, plan.owner)
+        if not verdict.ok:
+            raise InfeasiblePlan(f"policy {name} returned an infeasible plan on {s.name}:\n{verdict}")
+        row = metrics(s, plan.owner)
+        row["wall_s"] = wall
+        row["info"] = plan.info
+        result["policies"][name] = row
+        if out_dir is not None and cfg.save_plans:
+            save_plan(out_dir / f"plan_{name}.json", s, name, plan.owner)
+    fifo = result["policies"]["fifo"]
+    for row in result["policies"].values():
+        row["gains"] = gains(row, fifo)
+    if "fifo" not in cfg.policies:
+        del result["policies"]["fifo"]
+    if out_dir is not None:
+        atomic_write_text(out_dir / "metrics.json", json.dumps(result, indent=1))
+    return result
+
+
+def scenario_names() -> list[str]:
+    folder = resources.files("gpualloc.conf") / "scenario"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _usage() -> str:
+    return ("no scenario chosen. Pick one of: " + ", ".join(scenario_names()) + "\n"
+            "  python -m gpualloc.run +scenario=mixed\n"
+            "  python -m gpualloc.run +scenario=file scenario.path=my_scenario.yaml\n"
+            "  python -m gpualloc.run -m '+scenario=glob(*)' seed=0,1,2")
+
+
+def _overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+    return list(HydraConfig.get().overrides.task)
+
+
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(dcfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if dcfg.scenario is None:
+        print(f"error: {_usage()}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        cfg: RunConfig = OmegaConf.to_object(dcfg)
+        result = run(cfg, out_dir)
+    except Exception as e:  # noqa: BLE001 - sorted below
+        if multirun:
+            # In a sweep, one failed run is recorded and the others go on.
+            message = str(e) if isinstance(e, ScenarioError) else traceback.format_exc()
+            atomic_write_text(out_dir / "metrics.json",
+                              json.dumps({"error": message, "overrides": _overrides()}))
+            print(f"error: {message}", file=sys.stderr)
+            return
+        if isinstance(e, ScenarioError):
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        raise
+    print(format_run_table(result))
+
+
+if __name__ == "__main__":
+    main()

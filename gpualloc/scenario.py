@@ -1,0 +1,416 @@
+"""Scenarios: the file format of PROBLEM.md, strict validation, and the derived
+arrays every policy shares (GPU -> node/pool/type/memory, compatibility,
+candidate blocks, unplaceable jobs).
+
+A block of k GPUs is always an interval of consecutive GPU indices: inside one
+node, or whole consecutive nodes of one pool (the nodes of a pool are
+consecutive). So a block is named by its first GPU and its size.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import torch
+import yaml
+
+from gpualloc.files import atomic_write_text
+
+RIGID_KINDS = ("training", "batch_inference", "quantization")
+ELASTIC_KINDS = ("realtime_inference",)
+KINDS = RIGID_KINDS + ELASTIC_KINDS
+
+
+class ScenarioError(ValueError):
+    """A scenario document that breaks PROBLEM.md; the message names the field and job."""
+
+
+@dataclass
+class Pool:
+    name: str
+    count: int
+    gpus_per_node: int
+    gpu_type: str
+    memory_gb: float
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str
+    priority: float
+    arrival: int
+    gpus: int
+    duration: int | None = None
+    demand: list[int] | None = None
+    gpu_types: list[str] | None = None
+    min_memory_gb: float = 0.0
+
+    @property
+    def rigid(self) -> bool:
+        return self.kind in RIGID_KINDS
+
+
+@dataclass
+class Scenario:
+    name: str
+    horizon: int
+    step_minutes: float
+    pools: list[Pool]
+    jobs: list[Job] = field(default_factory=list)
+
+    # ---- sizes -------------------------------------------------------------
+    @property
+    def G(self) -> int:
+        return sum(p.count * p.gpus_per_node for p in self.pools)
+
+    @property
+    def J(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def T(self) -> int:
+        return self.horizon
+
+    # ---- GPU arrays ------------------------------------------------------------
+    @cached_property
+    def gpu_pool(self) -> torch.Tensor:
+        """(G,) int64: pool index of each GPU."""
+        return torch.repeat_interleave(
+            torch.arange(len(self.pools)),
+            torch.tensor([p.count * p.gpus_per_node for p in self.pools], dtype=torch.long))
+
+    @cached_property
+    def node_first_gpu(self) -> torch.Tensor:
+        """(N,) int64: first GPU index of each node."""
+        sizes = torch.tensor([p.gpus_per_node for p in self.pools for _ in range(p.count)],
+                             dtype=torch.long)
+        return torch.cumsum(sizes, 0) - sizes
+
+    @cached_property
+    def node_pool(self) -> torch.Tensor:
+        """(N,) int64: pool index of each node."""
+        return torch.tensor([i for i, p in enumerate(self.pools) for _ in range(p.count)],
+                            dtype=torch.long)
+
+    @cached_property
+    def gpu_node(self) -> torch.Tensor:
+        """(G,) int64: node index of each GPU."""
+        sizes = torch.tensor([p.gpus_per_node for p in self.pools for _ in range(p.count)],
+                             dtype=torch.long)
+        return torch.repeat_interleave(torch.arange(len(sizes)), sizes)
+
+    @cached_property
+    def gpu_type(self) -> list[str]:
+        return [self.pools[i].gpu_type for i in self.gpu_pool.tolist()]
+
+    @cached_property
+    def gpu_memory(self) -> torch.Tensor:
+        """(G,) float64: memory of each GPU in GB."""
+        mem = torch.tensor([p.memory_gb for p in self.pools], dtype=torch.float64)
+        return mem[self.gpu_pool]
+
+    # ---- job arrays ----------------------------------------------------------
+    @cached_property
+    def priority(self) -> torch.Tensor:
+        """(J,) float64"""
+        return torch.tensor([j.priority for j in self.jobs], dtype=torch.float64)
+
+    @cached_property
+    def arrival(self) -> torch.Tensor:
+        """(J,) int64"""
+        return torch.tensor([j.arrival for j in self.jobs], dtype=torch.long)
+
+    @cached_property
+    def gpus(self) -> torch.Tensor:
+        """(J,) int64"""
+        return torch.tensor([j.gpus for j in self.jobs], dtype=torch.long)
+
+    @cached_property
+    def rigid(self) -> torch.Tensor:
+        """(J,) bool"""
+        return torch.tensor([j.rigid for j in self.jobs], dtype=torch.bool)
+
+    @cached_property
+    def duration(self) -> torch.Tensor:
+        """(J,) int64; 0 for elastic jobs."""
+        return torch.tensor([j.duration or 0 for j in self.jobs], dtype=torch.long)
+
+    @cached_property
+    def demand(self) -> torch.Tensor:
+        """(J, T) int64 replicas wanted; zero for rigid jobs and before arrival
+        (PROBLEM.md: demand before arrival counts nowhere)."""
+        d = torch.zeros(self.J, self.T, dtype=torch.long)
+        for i, j in enumerate(self.jobs):
+            if j.demand is not None:
+                d[i] = torch.tensor(j.demand, dtype=torch.long)
+                d[i, : j.arrival] = 0
+        return d
+
+    @cached_property
+    def pool_compat(self) -> torch.Tensor:
+        """(J, P) bool: job may use the pool's GPUs (type and memory)."""
+        out = torch.zeros(self.J, len(self.pools), dtype=torch.bool)
+        for i, j in enumerate(self.jobs):
+            for p, pool in enumerate(self.pools):
+                out[i, p] = ((j.gpu_types is None or pool.gpu_type in j.gpu_types)
+                             and pool.memory_gb >= j.min_memory_gb)
+        return out
+
+    @cached_property
+    def compat(self) -> torch.Tensor:
+        """(J, G) bool: GPU g is compatible with job j."""
+        return self.pool_compat[:, self.gpu_pool]
+
+    # ---- blocks ----------------------------------------------------------------
+    @cached_property
+    def _classes(self) -> tuple[torch.Tensor, list[int], list[torch.Tensor]]:
+        # Jobs with the same size and pool compatibility share their candidate
+        # blocks; computing them per class keeps this cheap for 10^4 jobs.
+        keys: dict[tuple, int] = {}
+        job_class = []
+        sizes: list[int] = []
+        starts: list[torch.Tensor] = []
+        compat = self.pool_compat.tolist()
+        for i, j in enumerate(self.jobs):
+            key = (j.gpus, tuple(compat[i]))
+            if key not in keys:
+                keys[key] = len(sizes)
+                sizes.append(j.gpus)
+                starts.append(self._block_starts(j.gpus, compat[i]))
+            job_class.append(keys[key])
+        return torch.tensor(job_class, dtype=torch.long), sizes, starts
+
+    def _block_starts(self, k: int, pool_ok: list[bool]) -> torch.Tensor:
+        out = []
+        first = 0
+        for p, pool in enumerate(self.pools):
+            n = pool.gpus_per_node
+            if pool_ok[p]:
+                if k <= n:
+                    out += [first + node * n + off for node in range(pool.count)
+                            for off in range(n - k + 1)]
+                elif k % n == 0 and k // n <= pool.count:
+                    out += [first + node * n for node in range(pool.count - k // n + 1)]
+            first += pool.count * n
+        return torch.tensor(out, dtype=torch.long)
+
+    @property
+    def job_class(self) -> torch.Tensor:
+        """(J,) int64: index of the job's block class."""
+        return self._classes[0]
+
+    @property
+    def class_size(self) -> list[int]:
+        return self._classes[1]
+
+    @property
+    def class_blocks(self) -> list[torch.Tensor]:
+        """Per class, the first GPU of every candidate block, ascending."""
+        return self._classes[2]
+
+    def blocks(self, j: int) -> torch.Tensor:
+        """(B,) int64: first GPU of each candidate block of job j, ascending."""
+        return self.class_blocks[int(self.job_class[j])]
+
+    @cached_property
+    def unplaceable(self) -> torch.Tensor:
+        """(J,) bool: no candidate block anywhere in the cluster."""
+        n = torch.tensor([len(b) for b in self.class_blocks], dtype=torch.long)
+        return n[self.job_class] == 0
+
+    # ---- load ------------------------------------------------------------------
+    @cached_property
+    def offered_load(self) -> float:
+        """(rigid gpus x duration + elastic demand x gpus) / (G x T)."""
+        rigid = float((self.gpus * self.duration)[self.rigid].sum())
+        elastic = float((self.demand.sum(1) * self.gpus).sum())
+        return (rigid + elastic) / (self.G * self.T)
+
+    def peak_elastic_gpus(self) -> int:
+        """max_t sum_j demand_j(t) * gpus_j over elastic jobs."""
+        if self.J == 0:
+            return 0
+        return int((self.demand * self.gpus[:, None]).sum(0).max())
+
+    # ---- documents ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        jobs = []
+        for j in self.jobs:
+            d = {"id": j.id, "kind": j.kind, "priority": j.priority, "arrival": j.arrival,
+                 "gpus": j.gpus}
+            if j.duration is not None:
+                d["duration"] = j.duration
+            if j.demand is not None:
+                d["demand"] = list(j.demand)
+            if j.gpu_types is not None:
+                d["gpu_types"] = list(j.gpu_types)
+            if j.min_memory_gb:
+                d["min_memory_gb"] = j.min_memory_gb
+            jobs.append(d)
+        return {"name": self.name, "horizon": self.horizon, "step_minutes": self.step_minutes,
+                "cluster": {"pools": [vars(p).copy() for p in self.pools]}, "jobs": jobs}
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        doc = self.to_dict()
+        if path.suffix in (".yaml", ".yml"):
+            text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
+        else:
+            text = json.dumps(doc)
+        atomic_write_text(path, text)
+
+
+# ---- validation ----------------------------------------------------------------
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v))
+
+
+def _check_keys(doc: dict, where: str, required: set[str], optional: set[str]) -> None:
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(doc).__name__}")
+    for key in doc:
+        if key not in required | optional:
+            raise ScenarioError(f"{where}: unknown key '{key}'")
+    for key in sorted(required):
+        if key not in doc:
+            raise ScenarioError(f"{where}: missing field '{key}'")
+
+
+def _int(doc: dict, key: str, where: str, lo: int, hi: int | None = None) -> int:
+    v = doc[key]
+    if not _is_int(v):
+        raise ScenarioError(f"{where}: field '{key}' must be an integer, got {v!r}")
+    if v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ScenarioError(f"{where}: field '{key}' must be {rng}, got {v}")
+    return v
+
+
+def _str(doc: dict, key: str, where: str) -> str:
+    v = doc[key]
+    if not isinstance(v, str) or not v:
+        raise ScenarioError(f"{where}: field '{key}' must be a non-empty string, got {v!r}")
+    return v
+
+
+def _pool(doc, i: int) -> Pool:
+    where = f"cluster.pools[{i}]"
+    _check_keys(doc, where, {"name", "count", "gpus_per_node", "gpu_type", "memory_gb"}, set())
+    where = f"cluster.pools[{i}] (name {doc['name']!r})"
+    mem = doc["memory_gb"]
+    if not _is_number(mem) or mem <= 0:
+        raise ScenarioError(f"{where}: field 'memory_gb' must be a positive number, got {mem!r}")
+    return Pool(name=_str(doc, "name", where), count=_int(doc, "count", where, 1),
+                gpus_per_node=_int(doc, "gpus_per_node", where, 1),
+                gpu_type=_str(doc, "gpu_type", where), memory_gb=mem)
+
+
+def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
+    where = f"jobs[{i}]"
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(doc).__name__}")
+    if "id" in doc:
+        if not isinstance(doc["id"], str) or not doc["id"]:
+            raise ScenarioError(f"{where}: field 'id' must be a non-empty string, got {doc['id']!r}")
+        where = f"job {doc['id']!r} (jobs[{i}])"
+    kind = doc.get("kind")
+    if "kind" in doc and kind not in KINDS:
+        raise ScenarioError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    base = {"id", "kind", "priority", "arrival", "gpus"}
+    extra = {"duration"} if kind in RIGID_KINDS else {"demand"} if kind in ELASTIC_KINDS else set()
+    _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb"})
+    prio = doc["priority"]
+    if not _is_number(prio) or prio <= 0:
+        raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, got {prio!r}")
+    arrival = _int(doc, "arrival", where, 0, horizon - 1)
+    gpus = _int(doc, "gpus", where, 1)
+    duration = _int(doc, "duration", where, 1) if kind in RIGID_KINDS else None
+    demand = None
+    if kind in ELASTIC_KINDS:
+        demand = doc["demand"]
+        if not isinstance(demand, list) or len(demand) != horizon:
+            n = len(demand) if isinstance(demand, list) else type(demand).__name__
+            raise ScenarioError(f"{where}: field 'demand' must be a list of horizon={horizon} "
+                                f"integers, got {n}")
+        for t, v in enumerate(demand):
+            if not _is_int(v) or v < 0:
+                raise ScenarioError(f"{where}: field 'demand' must hold non-negative integers, "
+                                    f"got {v!r} at t={t}")
+    gpu_types = doc.get("gpu_types")
+    if gpu_types is not None:
+        if not isinstance(gpu_types, list) or not gpu_types or not all(
+                isinstance(t, str) for t in gpu_types):
+            raise ScenarioError(f"{where}: field 'gpu_types' must be a non-empty list of "
+                                f"strings, got {gpu_types!r}")
+        for t in gpu_types:
+            if t not in types:
+                raise ScenarioError(f"{where}: field 'gpu_types' names {t!r}, which no pool has "
+                                    f"(pools have {', '.join(sorted(types))})")
+    mem = doc.get("min_memory_gb", 0.0)
+    if not _is_number(mem) or mem < 0:
+        raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, got {mem!r}")
+    return Job(id=doc["id"], kind=kind, priority=prio, arrival=arrival, gpus=gpus,
+               duration=duration, demand=list(demand) if demand is not None else None,
+               gpu_types=list(gpu_types) if gpu_types is not None else None,
+               min_memory_gb=mem)
+
+
+def from_dict(doc) -> Scenario:
+    """Validate a scenario document (PROBLEM.md) and build the Scenario."""
+    _check_keys(doc, "scenario", {"name", "horizon", "step_minutes", "cluster", "jobs"}, set())
+    name = _str(doc, "name", "scenario")
+    horizon = _int(doc, "horizon", "scenario", 1)
+    step = doc["step_minutes"]
+    if not _is_number(step) or step <= 0:
+        raise ScenarioError(f"scenario: field 'step_minutes' must be a positive number, got {step!r}")
+    _check_keys(doc["cluster"], "cluster", {"pools"}, set())
+    pools_doc = doc["cluster"]["pools"]
+    if not isinstance(pools_doc, list) or not pools_doc:
+        raise ScenarioError("cluster: field 'pools' must be a non-empty list")
+    pools = [_pool(p, i) for i, p in enumerate(pools_doc)]
+    if len({p.name for p in pools}) != len(pools):
+        raise ScenarioError("cluster.pools: duplicate pool name")
+    if not isinstance(doc["jobs"], list):
+        raise ScenarioError("scenario: field 'jobs' must be a list")
+    types = {p.gpu_type for p in pools}
+    jobs = []
+    seen: set[str] = set()
+    for i, j in enumerate(doc["jobs"]):
+        job = _job(j, i, horizon, types)
+        if job.id in seen:
+            raise ScenarioError(f"job {job.id!r} (jobs[{i}]): duplicate id")
+        seen.add(job.id)
+        jobs.append(job)
+    return Scenario(name=name, horizon=horizon, step_minutes=step, pools=pools, jobs=jobs)
+
+
+def load(path: str | Path) -> Scenario:
+    """Read a JSON or YAML scenario file; any problem raises ScenarioError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
+        raise ScenarioError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'}: "
+                            f"{str(e).splitlines()[0]}") from None
+    return from_dict(doc)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a valid JSON number")

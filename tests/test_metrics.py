@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from gpualloc.metrics import gains, metrics, weighted_throughput
+from gpualloc.scenario import from_dict
+
+# One pool, one node of 4 GPUs, horizon 4.
+S = from_dict({"name": "m", "horizon": 4, "step_minutes": 60, "cluster": {"pools": [
+    {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
+    "jobs": [
+        {"id": "t", "kind": "training", "priority": 5, "arrival": 0, "gpus": 2, "duration": 2},
+        {"id": "b", "kind": "batch_inference", "priority": 2, "arrival": 1, "gpus": 1, "duration": 5},
+        {"id": "q", "kind": "quantization", "priority": 1, "arrival": 0, "gpus": 1, "duration": 1},
+        {"id": "r", "kind": "realtime_inference", "priority": 10, "arrival": 0, "gpus": 2,
+         "demand": [1, 0, 2, 1]},
+    ]})
+
+
+def plan():
+    o = torch.full((4, 4), -1)
+    o[0:2, 1:3] = 0   # t: starts at 1 (waits 1), completes (1 + 2 <= 4)
+    o[3, 2:4] = 1     # b: starts at 2 (waits 1), cut by the horizon: not completed
+    o[2:4, 0] = 3     # r: 1 replica at t=0 (demand 1)
+    o[2:4, 1] = 3     # r: 1 replica at t=1 where demand is 0 -> not useful
+    o[0:2, 3] = 3     # r: 1 replica at t=3 (demand 1); t=2 unserved (demand 2)
+    return o          # q never runs
+
+
+def test_hand_computed():
+    m = metrics(S, plan())
+    useful = {0: 2 * 2, 1: 2 * 1, 3: 2 + 0 + 2}
+    assert m["utilization"] == pytest.approx(sum(useful.values()) / 16)
+    assert m["weighted_throughput"] == pytest.approx(5 * 4 + 2 * 2 + 10 * 4)
+    assert m["allocated"] == pytest.approx((4 + 2 + 6) / 16)
+    assert m["realtime_slo"] == pytest.approx(2 / 4)
+    tr, bi, qu = (m["per_kind"][k] for k in ("training", "batch_inference", "quantization"))
+    assert (tr["started"], tr["completed"], tr["mean_wait"]) == (1, 1, 1.0)
+    assert (bi["started"], bi["completed"], bi["mean_wait"]) == (1, 0, 1.0)
+    assert (qu["started"], qu["mean_wait"]) == (0, None)
+    assert m["jobs_completed"] == 1 and m["mean_wait"] == 1.0
+    assert weighted_throughput(S, plan()) == m["weighted_throughput"]
+
+
+def test_empty_plan_and_gains():
+    empty = metrics(S, torch.full((4, 4), -1))
+    assert empty["utilization"] == 0 and empty["realtime_slo"] == 0
+    g = gains(metrics(S, plan()), metrics(S, plan()))
+    assert g == {"utilization_points": 0.0, "weighted_throughput_pct": 0.0}
+    assert gains(metrics(S, plan()), empty)["weighted_throughput_pct"] is None
+
+
+def test_p95_wait():
+    s = from_dict({"name": "w", "horizon": 30, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 1, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
+                  "duration": 1} for i in range(21)]})
+    o = torch.full((1, 30), -1)
+    o[0, :21] = torch.arange(21)
+    m = metrics(s, o)
+    assert m["mean_wait"] == 10.0 and m["p95_wait"] == pytest.approx(19.0)
+    assert m["realtime_slo"] == 1.0  # nothing demanded
