@@ -61,6 +61,11 @@ class Scenario:
     step_minutes: float
     pools: list[Pool]
     jobs: list[Job] = field(default_factory=list)
+    fixed: torch.Tensor | None = None
+    """(G, T) owner grid of cells decided before planning (-1: free to plan),
+    e.g. history and running jobs in online mode. Not part of the file format.
+    Policies that plan around it return a plan that keeps these cells as they
+    are and does not run their jobs anywhere else."""
 
     # ---- sizes -------------------------------------------------------------
     @property
