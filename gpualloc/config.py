@@ -104,7 +104,8 @@ class FileScenarioConfig:
     """A scenario file of PROBLEM.md's format (JSON or YAML)."""
 
     path: str = ""
-    """Empty: the small example that ships with gpualloc (gpualloc/examples/)."""
+    """Empty: the small example that ships with gpualloc (gpualloc/examples/);
+    pkg://PACKAGE/FILE: a file inside an installed package."""
 
 
 # ---- policies ---------------------------------------------------------------------
@@ -114,6 +115,26 @@ class FifoConfig:
     reserve: Optional[int] = None
     """Whole nodes reserved for real-time inference; null: PROBLEM.md's rule
     (the fewest nodes covering the peak total elastic demand)."""
+
+
+# ---- online (rolling-horizon) mode -----------------------------------------------------
+
+@dataclass
+class OnlineConfig:
+    """mode=online: what the planner may know, and how often it replans."""
+
+    replan_every: int = 1
+    """Timesteps between replans (>= 1). A job arriving between two replans
+    waits for the next one; real-time demand is served every step."""
+    forecast: str = "last_day"
+    """oracle | last_day | ewma: where the planner's future real-time demand
+    comes from (oracle: the true future, an upper bound on forecasting)."""
+    ewma_alpha: float = 0.3
+    """ewma: weight of the newest observation in the level, in (0, 1]."""
+    period_steps: Optional[int] = None
+    """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
+    headroom: float = 1.0
+    """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
 
 
 # ---- the run ------------------------------------------------------------------------
@@ -130,6 +151,11 @@ class RunConfig:
     """Reseeds the generator and the solvers."""
     save_plans: bool = True
     fifo: FifoConfig = field(default_factory=FifoConfig)
+    mode: str = "offline"
+    """offline: each policy sees the whole scenario; online: it replans as time
+    passes, seeing only what has arrived (gpualloc.online; FIFO is online by
+    nature and runs unchanged)."""
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
 
 def register_configs() -> None:

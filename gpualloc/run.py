@@ -8,6 +8,7 @@ Hydra's run folder.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -25,6 +26,7 @@ from gpualloc.config import FileScenarioConfig, GeneratedScenarioConfig, RunConf
 from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
 from gpualloc.metrics import gains, metrics
+from gpualloc.online import run_policy, validate
 from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
@@ -45,8 +47,27 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+PKG = "pkg://"
+
+
+def _load_package_file(path: str) -> Scenario:
+    """pkg://PACKAGE/FILE: a scenario file shipped inside an installed package,
+    e.g. pkg://gpualloc.examples/alibaba_134d_168h.json."""
+    package, _, name = path[len(PKG):].partition("/")
+    try:
+        ref = resources.files(package) / name
+    except (ModuleNotFoundError, TypeError):
+        raise ScenarioError(f"scenario.path={path}: no package {package!r}") from None
+    if not name or not ref.is_file():
+        raise ScenarioError(f"scenario.path={path}: package {package!r} has no file {name!r}")
+    with resources.as_file(ref) as file:
+        return scenario_io.load(file)
+
+
 def build_scenario(cfg, seed: int) -> Scenario:
     if isinstance(cfg, FileScenarioConfig):
+        if cfg.path.startswith(PKG):
+            return _load_package_file(cfg.path)
         if cfg.path:
             return scenario_io.load(cfg.path)
         with resources.as_file(resources.files("gpualloc.examples") / "tiny.yaml") as path:
@@ -62,6 +83,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     if unknown:
         raise ScenarioError(f"policies: unknown {', '.join(unknown)} "
                             f"(known: {', '.join(POLICIES)})")
+    validate(cfg)
     device = resolve_device(cfg.device)
     s = build_scenario(cfg.scenario, cfg.seed)
     if out_dir is not None:
@@ -69,11 +91,14 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     result = {"scenario": s.name, "seed": cfg.seed, "device": str(device),
               "gpus": s.G, "jobs": s.J, "timesteps": s.T,
               "offered_load": s.offered_load, "policies": {}}
+    if cfg.mode != "offline":
+        result["mode"] = cfg.mode
+        result["online"] = dataclasses.asdict(cfg.online)
     # FIFO is the yardstick of every gain, so it runs first (and always).
     names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
     for name in names:
         start = time.perf_counter()
-        plan = POLICIES[name](s, cfg, device)
+        plan = run_policy(name, s, cfg, device)
         wall = time.perf_counter() - start
         verdict = check(s, plan.owner)
         if not verdict.ok:

@@ -1,0 +1,288 @@
+"""Online (rolling-horizon) planning: the plan a policy makes when it learns
+about jobs only as they arrive and about real-time demand only as it happens.
+
+    python -m gpualloc.run +scenario=mixed policies=[fifo,greedy] mode=online \\
+        online.forecast=last_day online.replan_every=1
+
+Every `replan_every` timesteps, at the decision time `tau`, the policy (any
+registry policy that honours `Scenario.fixed`) plans a *view*: a scenario
+built only from what is known at `tau`, over the rest of the horizon
+(view timestep 0 is `tau`):
+
+- the jobs that have arrived (`arrival <= tau`), each with arrival 0; rigid
+  jobs that have finished are left out; rigid jobs already running keep their
+  block, as `fixed` cells, with the rest of their run as their duration;
+- the real-time demand observed at `tau`, then the forecaster's guess for
+  `tau + 1 ..` computed from the observed history only (`oracle` alone is
+  handed the true future; `last_day` repeats the last observed day, `ewma`
+  holds an exponentially weighted level flat).
+
+`visible` and `view` build it from the observation alone, so the planner
+cannot read a job before its arrival, nor (but with `oracle`) demand after
+`tau`: the scenario it gets does not contain them.
+
+From the policy's plan, the decisions of the window `[tau, tau + replan_every)`
+are executed:
+
+- a rigid job the plan starts inside the window is committed: it runs on
+  that block to its end (no preemption, never moved); the others go back to
+  the queue and are planned again at the next replan;
+- real-time capacity reacts to the *actual* demand at each timestep (an
+  autoscaler): a service keeps its planned replicas up to its actual demand
+  (lowest blocks first) and releases the rest; unmet actual demand then takes
+  free compatible GPUs (GPUs no committed rigid job holds), highest priority
+  first (ties: arrival, scenario order), lowest free block first. Services
+  that arrive between two replans are served this way too. The forecast thus
+  shapes where rigid jobs go, not how much real-time traffic is served on
+  GPUs left free.
+
+The result is one plan of the whole scenario; `run` checks it like any other.
+FIFO is online by nature (its queue needs no future) and runs unchanged; note
+that its reservation is sized from the horizon's peak demand, as PROBLEM.md
+defines it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from gpualloc.blocks import Packer, cover, first_n
+from gpualloc.config import OnlineConfig, RunConfig
+from gpualloc.plan import IDLE, Plan, empty_owner
+from gpualloc.policies import POLICIES, Policy
+from gpualloc.scenario import Job, Scenario, ScenarioError
+
+FORECASTS = ("oracle", "last_day", "ewma")
+ONLINE_BY_NATURE = ("fifo",)
+"""Policies that run unchanged in online mode."""
+
+
+def validate(cfg: RunConfig) -> None:
+    """Errors name the override to change."""
+    if cfg.mode not in ("offline", "online"):
+        raise ScenarioError(f"mode={cfg.mode}: must be offline or online")
+    o = cfg.online
+    if o.replan_every < 1:
+        raise ScenarioError(f"online.replan_every={o.replan_every}: must be >= 1")
+    if o.forecast not in FORECASTS:
+        raise ScenarioError(f"online.forecast={o.forecast}: must be one of {', '.join(FORECASTS)}")
+    if not 0 < o.ewma_alpha <= 1:
+        raise ScenarioError(f"online.ewma_alpha={o.ewma_alpha}: must be in (0, 1]")
+    if o.period_steps is not None and o.period_steps < 1:
+        raise ScenarioError(f"online.period_steps={o.period_steps}: must be >= 1 or null")
+    if not (math.isfinite(o.headroom) and o.headroom > 0):
+        raise ScenarioError(f"online.headroom={o.headroom}: must be a number > 0")
+
+
+def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    """The registry policy `name` on `s`, offline or online as `cfg.mode` says."""
+    validate(cfg)
+    if cfg.mode == "offline" or name in ONLINE_BY_NATURE:
+        return POLICIES[name](s, cfg, device)
+    return online(s, POLICIES[name], cfg, device, name=name)
+
+
+# ---- what is known at tau ------------------------------------------------------------
+
+@dataclass
+class Observation:
+    """Everything the planner may learn at `tau`, and nothing more."""
+
+    tau: int
+    jobs: list[int]
+    """Scenario indices of the jobs arrived by tau, in scenario order."""
+    known: list[Job]
+    """Those jobs, each an own copy with its demand cut after tau."""
+    history: torch.Tensor
+    """(E, tau + 1) int64: observed demand of the elastic ones among `known`
+    (in their order), zero before arrival."""
+
+
+def visible(s: Scenario, tau: int) -> Observation:
+    """The observation at `tau`: the only place the online loop reads jobs
+    for the planner."""
+    jobs = [j for j in range(s.J) if s.jobs[j].arrival <= tau]
+    known = [replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])
+                     if s.jobs[j].demand is not None else None) for j in jobs]
+    rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]
+    history = torch.stack(rows) if rows else torch.zeros(0, tau + 1, dtype=torch.long)
+    arrivals = torch.tensor([k.arrival for k in known if k.demand is not None], dtype=torch.long)
+    history[torch.arange(tau + 1)[None, :] < arrivals[:, None]] = 0  # before arrival: nothing
+    return Observation(tau=tau, jobs=jobs, known=known, history=history)
+
+
+# ---- forecasts ------------------------------------------------------------------------------
+
+def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
+             step_minutes: float) -> torch.Tensor:
+    """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
+    observed history only (not for oracle: see `Oracle`)."""
+    h = obs.history  # (E, tau + 1)
+    tau = obs.tau
+    arrival = torch.tensor([k.arrival for k in obs.known if k.demand is not None],
+                           dtype=torch.long)  # (E,)
+    if method == "last_day":
+        p = cfg.period_steps or max(1, round(1440 / step_minutes))
+        ahead = torch.arange(1, steps + 1)  # (steps,)
+        # The same time of day on the last observed day.
+        src = tau + ahead - p * torch.div(ahead + p - 1, p, rounding_mode="floor")  # (steps,)
+        guess = h[:, src.clamp(min=0)].double()  # (E, steps)
+        unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
+        guess = torch.where(unseen, h[:, tau:tau + 1].double(), guess)
+    elif method == "ewma":
+        level = h[:, 0].double()
+        for t in range(1, tau + 1):
+            new = cfg.ewma_alpha * h[:, t] + (1 - cfg.ewma_alpha) * level
+            level = torch.where(t > arrival, new, h[:, t].double())  # restarts at arrival
+        guess = level[:, None].expand(-1, steps)
+    else:
+        raise ScenarioError(f"online.forecast={method}: not a forecast from history")
+    return torch.ceil(guess * cfg.headroom - 1e-9).clamp(min=0).long()
+
+
+class Oracle:
+    """The true future demand: the one forecaster handed the scenario."""
+
+    def __init__(self, s: Scenario):
+        self._demand = s.demand  # (J, T)
+
+    def __call__(self, obs: Observation, steps: int) -> torch.Tensor:
+        el = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
+        return self._demand[el, obs.tau + 1: obs.tau + 1 + steps].reshape(len(el), steps)
+
+
+# ---- the view ----------------------------------------------------------------------------
+
+@dataclass
+class Committed:
+    """What has been decided: rigid jobs' starts and blocks, by scenario index."""
+
+    start: dict[int, tuple[int, int]]
+    """job -> (start timestep, first GPU)."""
+
+
+def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
+         step_minutes: float, pools, G: int) -> tuple[Scenario, list[int]]:
+    """The scenario the planner sees at tau, and view job -> scenario job. Built
+    from the observation, the forecast and the commitments only."""
+    tau = obs.tau
+    T = horizon - tau
+    jobs, index, fixed_cells = [], [], []
+    e = 0
+    for j, k in zip(obs.jobs, obs.known):
+        if k.demand is not None:
+            demand = [k.demand[tau]] + future[e].tolist()
+            e += 1
+            jobs.append(replace(k, arrival=0, demand=demand))
+        elif j in committed.start:
+            s0, g0 = committed.start[j]
+            end = s0 + k.duration
+            if end <= tau:
+                continue  # finished
+            jobs.append(replace(k, arrival=0, duration=end - tau))
+            fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
+        else:
+            jobs.append(replace(k, arrival=0))
+        index.append(j)
+    fixed = torch.full((G, T), IDLE, dtype=torch.long)
+    for v, g0, k, length in fixed_cells:
+        fixed[g0:g0 + k, :length] = v
+    v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
+                 jobs=jobs, fixed=fixed)
+    return v, index
+
+
+# ---- the loop -----------------------------------------------------------------------------
+
+def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | str = "cpu",
+           name: str = "policy", on_view=None) -> Plan:
+    """Rolling-horizon plan of `s` by `policy` (module docstring). `on_view`,
+    if given, is called with each (tau, view scenario, view -> scenario index)."""
+    validate(cfg)
+    o = cfg.online
+    oracle = Oracle(s) if o.forecast == "oracle" else None
+    owner = empty_owner(s)  # (G, T) int64, the executed plan
+    committed = Committed(start={})
+    packer = Packer(s)
+    replans = 0
+    for tau in range(0, s.T, o.replan_every):
+        stop = min(tau + o.replan_every, s.T)
+        obs = visible(s, tau)
+        steps = s.T - tau - 1
+        future = (oracle(obs, steps) if oracle is not None
+                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
+        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G)
+        if on_view is not None:
+            on_view(tau, v, index)
+        planned = empty_owner(v)
+        if v.J:
+            planned = policy(v, cfg, device).owner.cpu().long()
+            _check_honours(v, planned, name)
+            replans += 1
+        _commit_rigid(v, index, planned, tau, stop, owner, committed)
+        _serve(s, v, index, planned, tau, stop, owner, packer)
+    return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
+                                   "replan_every": o.replan_every, "replans": replans})
+
+
+def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
+    if tuple(planned.shape) != (v.G, v.T):
+        raise ScenarioError(f"policy {name} returned a ({tuple(planned.shape)}) plan for a "
+                            f"({v.G}, {v.T}) view: it cannot run with mode=online")
+    held = v.fixed >= 0
+    moved = held & (planned != v.fixed)
+    fixed_jobs = torch.zeros(v.J + 1, dtype=torch.bool)
+    fixed_jobs[v.fixed[held]] = True
+    elsewhere = ~held & fixed_jobs[planned]  # IDLE indexes the spare last entry
+    if moved.any() or elsewhere.any():
+        raise ScenarioError(f"policy {name} does not honour Scenario.fixed (it changed "
+                            f"{int(moved.sum())} decided cells and ran decided jobs on "
+                            f"{int(elsewhere.sum())} others): it cannot run with mode=online")
+
+
+def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
+    # A rigid job the plan starts inside the window runs there to its end.
+    busy = planned >= 0
+    t_idx = torch.arange(v.T).expand(v.G, v.T)
+    first = torch.full((v.J + 1,), v.T, dtype=torch.long)
+    first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
+                          torch.where(busy, t_idx, v.T).flatten(), "amin")
+    fixed_jobs = set(v.fixed[v.fixed >= 0].unique().tolist())
+    for vj in range(v.J):
+        if not v.jobs[vj].rigid or vj in fixed_jobs or first[vj] >= stop - tau:
+            continue
+        cells = planned == vj  # (G, T - tau) block x [start, end)
+        j = index[vj]
+        owner[:, tau:][cells] = j
+        g0 = int(cells[:, first[vj]].nonzero()[0, 0])
+        committed.start[j] = (tau + int(first[vj]), g0)
+
+
+def _serve(s, v, index, planned, tau, stop, owner, packer) -> None:
+    # Real-time replicas meet the actual demand of each step of the window:
+    # planned replicas up to demand, then free GPUs for what is unmet.
+    w = slice(tau, stop)
+    R = stop - tau
+    actual = s.demand[:, w]  # (J, R) the present of each step, zero before arrival
+    kept = torch.zeros(s.J, R, dtype=torch.long)
+    for vj in range(v.J):
+        if v.jobs[vj].rigid:
+            continue
+        j = index[vj]
+        k = s.jobs[j].gpus
+        mine = (planned[:, :R] == vj) & (owner[:, w] == IDLE)  # (G, R)
+        take = first_n(packer.starts(mine, k), actual[j])  # lowest planned blocks, up to demand
+        owner[:, w][cover(take, k)] = j
+        kept[j] = take.sum(0)
+    unmet = actual - kept  # (J, R)
+    order = sorted((j for j in range(s.J) if not s.jobs[j].rigid and s.jobs[j].arrival < stop),
+                   key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
+    for j in order:
+        if not (unmet[j] > 0).any():
+            continue
+        k = s.jobs[j].gpus
+        free = (owner[:, w] == IDLE) & s.compat[j][:, None]  # (G, R)
+        take = first_n(packer.starts(free, k), unmet[j])
+        owner[:, w][cover(take, k)] = j
