@@ -343,10 +343,11 @@ def read_nodes(path: Path) -> list[tuple[str, int]]:
     return nodes
 
 
-def trace_pools(nodes: list[tuple[str, int]], memory: dict[str, float],
+def trace_pools(nodes: list[tuple[str, int]], memory: dict[str, float] | None = None,
                 sample_gpus: int | None = None) -> list[Pool]:
     """Pools of (model, GPUs per node), the one with most GPUs in the trace
     first; all nodes, or a sample of `sample_gpus` GPUs (module docstring)."""
+    memory = {**MODEL_MEMORY_GB, **(memory or {})}
     count: Counter = Counter(nodes)
     kinds = sorted(count, key=lambda k: (-k[1] * count[k], k))
     if sample_gpus is not None:
@@ -595,8 +596,8 @@ def alibaba_command(a: argparse.Namespace) -> Import:
         pools = [parse_pool(p) for p in a.pool]
     else:
         nodes = Path(a.nodes) if a.nodes else pods.parent / "openb_node_list_gpu_node.csv"
-        memory = {**MODEL_MEMORY_GB, **_pairs(a.memory, "--memory", float)}
-        pools = trace_pools(read_nodes(nodes), memory, a.sample_gpus)
+        pools = trace_pools(read_nodes(nodes), _pairs(a.memory, "--memory", float),
+                            a.sample_gpus)
     name = a.name or f"alibaba_{a.start}_{a.length}"
     return convert(records, window, pools, name, never_ran=a.never_ran, demand=a.demand)
 
