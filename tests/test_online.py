@@ -1,0 +1,242 @@
+import json
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fixed_policy import fixed_greedy
+from gpualloc.check import check
+from gpualloc.config import OnlineConfig, RunConfig
+from gpualloc.fifo import fifo
+from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, forecast, online, run_policy, visible
+from gpualloc.plan import Plan, empty_owner
+from gpualloc.policies import POLICIES
+from gpualloc.scenario import Job, Scenario, ScenarioError, from_dict
+from strategies import scenario_docs
+
+NOT_ORACLE = [f for f in FORECASTS if f != "oracle"]
+# Registry policies that plan online through the loop (greedy, the allocator).
+REPLANNING = [name for name in POLICIES if name not in ONLINE_BY_NATURE]
+
+
+def cfg(forecast="last_day", every=1, **kw) -> RunConfig:
+    return RunConfig(mode="online", online=OnlineConfig(replan_every=every, forecast=forecast,
+                                                        **kw))
+
+
+def ids(s: Scenario, owner: torch.Tensor) -> list[list[str]]:
+    """The owner grid with job ids, to compare plans of different job lists."""
+    names = [j.id for j in s.jobs]
+    return [[names[j] if j >= 0 else "" for j in row] for row in owner.T.tolist()]
+
+
+def run_online(s, forecast_, every, policy=fixed_greedy):
+    views = []
+    plan = online(s, policy, cfg(forecast_, every), on_view=lambda *v: views.append(v))
+    return plan, views
+
+
+def starts(s, owner):
+    busy = owner >= 0
+    t = torch.arange(s.T).expand(s.G, s.T)
+    first = torch.full((s.J + 1,), s.T, dtype=torch.long)
+    first.scatter_reduce_(0, torch.where(busy, owner, s.J).flatten(),
+                          torch.where(busy, t, s.T).flatten(), "amin")
+    return first[:-1]
+
+
+@given(scenario_docs(max_horizon=10), st.sampled_from(FORECASTS), st.integers(1, 3))
+def test_online_plans_feasible_nothing_early_nothing_moved(doc, forecast_, every):
+    s = from_dict(doc)
+    plan, views = run_online(s, forecast_, every)
+    assert check(s, plan.owner).ok
+    first = starts(s, plan.owner)
+    ran = first < s.T
+    assert (first[ran] >= s.arrival[ran]).all()  # no job before its arrival
+    for tau, v, index in views:
+        # The planner saw only arrived jobs, and the rest of the horizon.
+        assert v.T == s.T - tau and all(s.jobs[j].arrival <= tau for j in index)
+        # Running jobs keep their block to the end: every decided cell of
+        # every view is in the final plan, with the same job.
+        held = v.fixed >= 0
+        assert (plan.owner[:, tau:][held] == torch.tensor(index)[v.fixed[held]]).all()
+        # A running job is not planned again.
+        for vj in v.fixed[held].unique().tolist():
+            assert s.jobs[index[vj]].rigid and first[index[vj]] < tau
+
+
+def late_changed(doc: dict, tau0: int, seed: int) -> dict:
+    """The same scenario up to tau0 (jobs arrived, demand observed); after it,
+    other jobs and other demand."""
+    g = torch.Generator().manual_seed(seed)
+    out = json.loads(json.dumps(doc))
+    T = out["horizon"]
+    jobs = []
+    for j in out["jobs"]:
+        if j["arrival"] > tau0:
+            continue
+        if "demand" in j:
+            j["demand"] = j["demand"][:tau0 + 1] + torch.randint(0, 9, (T - tau0 - 1,),
+                                                                  generator=g).tolist()
+        jobs.append(j)
+    if tau0 + 1 < T:
+        jobs.append({"id": "late-rigid", "kind": "training", "priority": 10, "arrival": tau0 + 1,
+                     "gpus": 1, "duration": 3})
+        jobs.append({"id": "late-rt", "kind": "realtime_inference", "priority": 10,
+                     "arrival": tau0 + 1, "gpus": 1, "demand": [50] * T})
+    out["jobs"] = jobs
+    return out
+
+
+@given(scenario_docs(max_horizon=10), st.sampled_from(NOT_ORACLE), st.integers(1, 3),
+       st.integers(0, 9), st.integers(0, 2**16))
+def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed):
+    # Visibility by construction: two scenarios that agree on all that is
+    # known at tau0 give the planner the same views up to tau0, and the same
+    # executed plan up to tau0, whatever comes later.
+    tau0 = min(tau0, doc["horizon"] - 1)
+    a, b = from_dict(doc), from_dict(late_changed(doc, tau0, seed))
+    plan_a, views_a = run_online(a, forecast_, every)
+    plan_b, views_b = run_online(b, forecast_, every)
+    for (ta, va, ia), (tb, vb, ib) in zip(views_a, views_b):
+        if ta > tau0:
+            break
+        assert ta == tb and va.to_dict() == vb.to_dict() and torch.equal(va.fixed, vb.fixed)
+        assert [a.jobs[j].id for j in ia] == [b.jobs[j].id for j in ib]
+    assert ids(a, plan_a.owner)[:tau0 + 1] == ids(b, plan_b.owner)[:tau0 + 1]
+
+
+def test_oracle_reads_the_future_and_the_test_sees_it():
+    # The same check catches a planner that reads ahead: the oracle does.
+    doc = {"name": "o", "horizon": 6, "step_minutes": 60,
+           "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 4,
+                                  "gpu_type": "H", "memory_gb": 80}]},
+           "jobs": [{"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0,
+                     "gpus": 1, "demand": [1, 1, 1, 1, 1, 1]}]}
+    a, b = from_dict(doc), from_dict(late_changed(doc, 2, 0))
+    _, views_a = run_online(a, "oracle", 1)
+    _, views_b = run_online(b, "oracle", 1)
+    assert views_a[0][1].to_dict() != views_b[0][1].to_dict()
+    _, views_c = run_online(b, "last_day", 1)
+    assert views_c[0][1].jobs[0].demand == [1, 1, 1, 1, 1, 1]  # persistence of the present
+
+
+def observed(demand, arrival=0):
+    tau = len(demand) - 1
+    jobs = [Job(id="rt", kind="realtime_inference", priority=9, arrival=arrival, gpus=1,
+                demand=list(demand) + [99] * 3)]
+    s = Scenario(name="f", horizon=tau + 4, step_minutes=60, pools=[], jobs=jobs)
+    return visible(s, tau)
+
+
+def test_forecasts():
+    obs = observed([1, 2, 3, 4, 5, 6, 7, 8])
+    o = OnlineConfig(period_steps=4)
+    assert forecast("last_day", obs, 6, o, 60).tolist() == [[5, 6, 7, 8, 5, 6]]
+    # A time of day not seen since arrival: the present value persists.
+    assert forecast("last_day", observed([0, 0, 0, 3, 4, 5], arrival=3), 3, o, 60).tolist() == [
+        [5, 3, 4]]
+    assert forecast("last_day", observed([0, 0, 0, 0, 4, 5], arrival=4), 3, o, 60).tolist() == [
+        [5, 5, 4]]
+    # One day of hourly steps by default.
+    assert forecast("last_day", observed(list(range(30))), 2, OnlineConfig(), 60).tolist() == [
+        [6, 7]]
+    ewma = OnlineConfig(ewma_alpha=0.5)
+    assert forecast("ewma", observed([0, 4, 2], arrival=1), 2, ewma, 60).tolist() == [[3, 3]]
+    assert forecast("ewma", observed([0, 4, 2], arrival=1), 1,
+                    OnlineConfig(ewma_alpha=0.5, headroom=1.5), 60).tolist() == [[5]]
+    # The observation holds nothing after tau: the 99s are never seen.
+    assert observed([1, 2]).history.tolist() == [[1, 2]]
+    assert observed([1, 2]).known[0].demand == [1, 2]
+
+
+def test_fifo_runs_unchanged_online():
+    s = from_dict(scen_doc())
+    assert torch.equal(run_policy("fifo", s, cfg("ewma", 2), "cpu").owner, fifo(s).owner)
+
+
+def scen_doc():
+    return {"name": "s", "horizon": 12, "step_minutes": 60,
+            "cluster": {"pools": [{"name": "p", "count": 2, "gpus_per_node": 4,
+                                   "gpu_type": "H", "memory_gb": 80}]},
+            "jobs": [{"id": "t0", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+                      "duration": 6},
+                     {"id": "t1", "kind": "training", "priority": 3, "arrival": 1, "gpus": 8,
+                      "duration": 3},
+                     {"id": "b0", "kind": "batch_inference", "priority": 2, "arrival": 2,
+                      "gpus": 2, "duration": 2},
+                     {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0,
+                      "gpus": 1, "demand": [1, 1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2]}]}
+
+
+def test_serving_meets_actual_demand():
+    # Capacity for real-time follows the actual demand each step, whatever
+    # was forecast, as long as GPUs are free of rigid jobs.
+    s = from_dict(scen_doc())
+    for f in FORECASTS:
+        plan, _ = run_online(s, f, 3)
+        n = (plan.owner == 3).sum(0)
+        free = (plan.owner == -1).sum(0)
+        want = s.demand[3]
+        assert ((n == want) | ((n < want) & (free == 0))).all(), f
+
+
+def test_policy_that_ignores_fixed_is_refused():
+    s = from_dict(scen_doc())
+    forgetful = lambda v, c, d: Plan(owner=empty_owner(v))  # noqa: E731
+    with pytest.raises(ScenarioError, match="does not honour Scenario.fixed"):
+        # t0 starts at 0 with fixed_greedy, then a planner forgets it.
+        calls = iter([fixed_greedy] + [forgetful] * 20)
+        online(s, lambda v, c, d: next(calls)(v, c, d), cfg())
+
+
+@pytest.mark.parametrize("override, message", [
+    (dict(mode="sideways"), "mode=sideways"),
+    (dict(online=OnlineConfig(replan_every=0)), "online.replan_every=0"),
+    (dict(online=OnlineConfig(forecast="crystal_ball")), "online.forecast=crystal_ball"),
+    (dict(online=OnlineConfig(ewma_alpha=0.0)), "online.ewma_alpha=0.0"),
+])
+def test_config_errors_name_the_override(override, message):
+    with pytest.raises(ScenarioError, match=message):
+        run_policy("fifo", from_dict(scen_doc()), RunConfig(**{"mode": "online", **override}),
+                   "cpu")
+
+
+def test_run_online_mode(tmp_path):
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from gpualloc.config import register_configs
+    from gpualloc.run import run
+
+    register_configs()
+    with initialize_config_module("gpualloc.conf", version_base=None):
+        c = OmegaConf.to_object(compose("config", overrides=[
+            "+scenario=file", "mode=online", "online.forecast=ewma", "online.replan_every=2",
+            f"policies=[{','.join(POLICIES)}]"]))
+    result = run(c, tmp_path)
+    assert result["mode"] == "online" and result["online"]["forecast"] == "ewma"
+    assert set(result["policies"]) == set(POLICIES)
+
+
+# The registry's replanning policies, and the test policy so that this runs
+# before greedy and the allocator land.
+ONLINE_POLICIES = {"fixed_greedy": fixed_greedy, **{n: POLICIES[n] for n in REPLANNING}}
+
+
+@pytest.mark.parametrize("name", sorted(ONLINE_POLICIES))
+@pytest.mark.parametrize("forecast_", FORECASTS)
+def test_policies_online_on_a_generated_scenario(name, forecast_):
+    from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
+                                 RigidWorkloadConfig)
+    from gpualloc.generate import generate
+
+    g = GeneratedScenarioConfig(
+        name="small", horizon=24, pools=[PoolConfig(count=2)],
+        training=RigidWorkloadConfig(count=6, gpus=[1, 2, 4, 8, 16], duration_median_hours=4),
+        batch_inference=RigidWorkloadConfig(count=8, gpus=[1, 2], duration_median_hours=2),
+        realtime_inference=RealtimeWorkloadConfig(services=2, peak_replicas=[2, 4]))
+    s = generate(g, 0)
+    plan, views = run_online(s, forecast_, 2, ONLINE_POLICIES[name])
+    assert check(s, plan.owner).ok and len(views) == 12
