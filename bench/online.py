@@ -1,0 +1,212 @@
+"""Offline against online: each policy's gains over FIFO when it sees the whole
+scenario, and when it learns jobs as they arrive and demand as it happens
+(gpualloc.online), side by side. The offline number is what a planner with
+perfect knowledge gains; the online one is what a cluster would see.
+
+    python bench/online.py                      # the seven scenarios (seeds 0-2) + the trace week
+    python bench/online.py --quick              # seed 0, replan every 6 steps
+    python bench/online.py --policies greedy --forecasts last_day --replan-every 1
+
+Runs every policy of the registry (FIFO is the yardstick and online by
+nature). Every plan goes through the checker. Writes bench/results/online.md
+and online.json (--out), with the machine and the commit.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from gpualloc.check import check
+from gpualloc.files import atomic_write_text
+from gpualloc.metrics import gains, metrics
+from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, online, run_policy
+from gpualloc.policies import POLICIES
+from gpualloc.run import build_scenario
+
+SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
+         "heterogeneous", "low_contention"]
+TRACES = ["alibaba"]  # file scenarios: one run, seeds do not change them
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def composed(name: str, seed: int):
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from gpualloc.config import register_configs
+
+    register_configs()
+    with initialize_config_module("gpualloc.conf", version_base=None):
+        return OmegaConf.to_object(compose("config", overrides=[f"+scenario={name}",
+                                                                f"seed={seed}"]))
+
+
+def load_extra(spec: str):
+    """NAME=MODULE:FUNCTION (MODULE a dotted name or a .py path): a policy not
+    (yet) in the registry, e.g. one under development."""
+    name, _, target = spec.partition("=")
+    module, _, func = target.partition(":")
+    if module.endswith(".py"):
+        sys.path.insert(0, str(Path(module).resolve().parent))
+        module = Path(module).stem
+    return name, getattr(importlib.import_module(module), func)
+
+
+def plan_with(name, policy, s, cfg, device):
+    """Registry policies through run_policy; extra ones through the online loop."""
+    if policy is None:
+        return run_policy(name, s, cfg, device)
+    if cfg.mode == "online":
+        return online(s, policy, cfg, device, name=name)
+    return policy(s, cfg, device)
+
+
+def machine() -> dict:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        commit += "-dirty" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "torch": torch.__version__, "gpu": gpu, "commit": commit}
+
+
+def bench(args) -> dict:
+    device = torch.device(args.device)
+    extra = dict(load_extra(e) for e in args.extra_policy or [])
+    names = [p for p in (args.policies or list(POLICIES)) if p != "fifo"] + list(extra)
+    unknown = [p for p in names if p not in POLICIES and p not in extra]
+    if unknown:
+        sys.exit(f"error: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    rows = []
+    for scenario in args.scenarios:
+        for seed in ([0] if scenario in TRACES else args.seeds):
+            cfg = composed(scenario, seed)
+            s = build_scenario(cfg.scenario, seed)
+            base = metrics(s, POLICIES["fifo"](s, cfg, device).owner)
+            for name in names:
+                for mode, forecast in [("offline", None)] + [("online", f) for f in args.forecasts]:
+                    if name in ONLINE_BY_NATURE and mode == "online":
+                        continue
+                    c = copy.deepcopy(cfg)
+                    c.mode = mode
+                    if forecast:
+                        c.online.forecast = forecast
+                        c.online.replan_every = args.replan_every
+                    start = time.perf_counter()
+                    plan = plan_with(name, extra.get(name), s, c, device)
+                    wall = time.perf_counter() - start
+                    verdict = check(s, plan.owner)
+                    if not verdict.ok:
+                        raise SystemExit(f"{name} {mode} {forecast} on {s.name} seed {seed}: "
+                                         f"infeasible plan\n{verdict}")
+                    m = metrics(s, plan.owner)
+                    g = gains(m, base)
+                    rows.append({"scenario": scenario, "seed": seed, "policy": name,
+                                 "mode": mode, "forecast": forecast,
+                                 "replan_every": args.replan_every if forecast else None,
+                                 "utilization": m["utilization"],
+                                 "weighted_throughput": m["weighted_throughput"],
+                                 "realtime_slo": m["realtime_slo"],
+                                 "fifo_weighted_throughput": base["weighted_throughput"],
+                                 "fifo_utilization": base["utilization"], **g, "wall_s": wall})
+                    print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
+                          f"wthr {_pct(g['weighted_throughput_pct'])} util "
+                          f"{g['utilization_points']:+.1f} pts  {wall:.1f} s", file=sys.stderr)
+    return {"machine": machine(), "policies": names, "forecasts": args.forecasts,
+            "replan_every": args.replan_every, "seeds": args.seeds, "rows": rows,
+            "extra_policies": {k: v for k, v in zip(extra, args.extra_policy or [])}}
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def markdown(result: dict) -> str:
+    cols = [("offline", None)] + [("online", f) for f in result["forecasts"]]
+    head = ["scenario", "policy"] + [
+        f"wthr {'offline' if m == 'offline' else f'online {f}'}" for m, f in cols] + [
+        f"util {'offline' if m == 'offline' else f'online {f}'}" for m, f in cols] + [
+        "wall online s"]
+    lines = ["# Offline and online gains over FIFO", "",
+             f"Machine: {result['machine']['processor']}, {result['machine']['cpus']} CPUs, "
+             f"GPU {result['machine']['gpu'] or 'none'}, torch {result['machine']['torch']}; "
+             f"commit `{result['machine']['commit']}`.", "",
+             f"Weighted throughput gain in percent and utilization gain in points over FIFO's "
+             f"plan of the same scenario, mean over seeds {result['seeds']} (the trace row: one "
+             f"run). Online: replanning every {result['replan_every']} step(s), seeing only "
+             f"arrived jobs, demand forecast as named (oracle: the true future).", ""]
+    if result["extra_policies"]:
+        lines += ["Policies from outside the registry: " + ", ".join(
+            f"`{v}`" for v in result["extra_policies"].values()), ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = result["rows"]
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+    for policy in result["policies"]:
+        for scenario in scenarios + ["mean of the seven"]:
+            if scenario == "mean of the seven":
+                pick = [r for r in rows if r["policy"] == policy and r["scenario"] in SEVEN]
+            else:
+                pick = [r for r in rows if r["policy"] == policy and r["scenario"] == scenario]
+            if not pick:
+                continue
+            cells = [scenario, policy]
+            for key, fmt in (("weighted_throughput_pct", "{:+.1f}%"),
+                             ("utilization_points", "{:+.1f}")):
+                for mode, f in cols:
+                    v = _mean([r[key] for r in pick if r["mode"] == mode and r["forecast"] == f])
+                    cells.append("-" if v is None else fmt.format(v))
+            wall = _mean([r["wall_s"] for r in pick if r["mode"] == "online"])
+            cells.append("-" if wall is None else f"{wall:.1f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    if not result["policies"]:
+        lines += ["", "No policy besides FIFO in the registry: nothing to compare yet."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenarios", nargs="+", default=SEVEN + TRACES)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--policies", nargs="+", help="registry policies (default: all)")
+    p.add_argument("--extra-policy", action="append", metavar="NAME=MODULE:FUNCTION",
+                   help="a policy outside the registry that honours Scenario.fixed")
+    p.add_argument("--forecasts", nargs="+", default=list(FORECASTS), choices=FORECASTS)
+    p.add_argument("--replan-every", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--quick", action="store_true", help="seed 0, replan every 6 steps")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "online"),
+                   help="writes OUT.md and OUT.json")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seeds, args.replan_every = [0], 6
+    result = bench(args)
+    text = markdown(result)
+    atomic_write_text(args.out + ".json", json.dumps(result, indent=1))
+    atomic_write_text(args.out + ".md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
