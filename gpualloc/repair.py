@@ -69,6 +69,7 @@ class Snapshot:
     first: list
     slack: torch.Tensor
     elastic_value: torch.Tensor
+    elastic_used: torch.Tensor
 
 
 def fixed_jobs(s: Scenario) -> torch.Tensor:
@@ -158,6 +159,7 @@ class Schedule:
         self.elastic_order = sorted(self.elastic, key=lambda j: (
             -self.priority[j], int(s.compat[j].sum()), self.arrival[j], j))
         self.elastic_value = torch.zeros(self.T, dtype=torch.float64, device=dev)
+        self.elastic_used = torch.zeros(self.T, dtype=torch.long, device=dev)  # GPUs per step
 
     # ---- rigid placements ------------------------------------------------------------------
     def _length(self, j: int, start: int) -> int:
@@ -300,6 +302,7 @@ class Schedule:
             if owner is not None:
                 owner[:, t0:t1][held] = j
         self.elastic_value[t0:t1] = value
+        self.elastic_used[t0:t1] = (taken & ~self.busy[:, t0:t1]).sum(0)
         return value
 
     def value(self) -> float:
@@ -313,13 +316,15 @@ class Schedule:
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.clone(), self.rigid_owner.clone(), list(self.start),
-                        list(self.first), self.slack.clone(), self.elastic_value.clone())
+                        list(self.first), self.slack.clone(), self.elastic_value.clone(),
+                        self.elastic_used.clone())
 
     def restore(self, snap: Snapshot) -> None:
         self.busy, self.start, self.first = snap.busy, snap.start, snap.first
         self.rigid_owner = snap.rigid_owner
         self._runs = None
         self.slack, self.elastic_value = snap.slack, snap.elastic_value
+        self.elastic_used = snap.elastic_used
 
     def waiting(self) -> list[int]:
         return [j for j in range(self.s.J) if self.rigid[j] and self.start[j] < 0
@@ -372,7 +377,8 @@ class SearchStats:
 
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
-            noise: float = 1.5, demand_aware: bool = True, progress=None) -> SearchStats:
+            noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
+            progress=None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
@@ -394,8 +400,11 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         removed: list[int] = []
         waiting = sched.waiting()
         if waiting and rng.random() < 0.5:
-            j = rng.choice(waiting)
-            start = rng.randrange(sched.arrival[j], T)
+            j = rng.choices(waiting, weights=[sched.priority[w] for w in waiting])[0]
+            # Starts where GPUs sit idle are the promising ones.
+            idle = (sched.G - sched.busy.sum(0) - sched.elastic_used)[sched.arrival[j]:]
+            weights = (idle.double() + 0.1).tolist()
+            start = sched.arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
             victims = sched.clear_for(j, start, rng)
             if victims is None:
                 continue
@@ -418,8 +427,10 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
                 hi = max(hi, sched.start[j] + sched._length(j, sched.start[j]))
                 sched.remove(j)
         gone = set(removed)
-        candidates = removed + [j for j in sched.waiting() if j not in gone
-                                and sched.arrival[j] < window_end]
+        others = [j for j in sched.waiting() if j not in gone and sched.arrival[j] < window_end]
+        if len(others) > max_waiting:
+            others = rng.sample(others, max_waiting)
+        candidates = removed + others
         key = {j: -sched.priority[j] + noise * rng.random() for j in candidates}
         candidates.sort(key=lambda j: key[j])
         for j in candidates:
