@@ -117,6 +117,43 @@ class FifoConfig:
     (the fewest nodes covering the peak total elastic demand)."""
 
 
+@dataclass
+class SolverConfig:
+    """The allocator: projected gradient descent on the relaxed grid, rounding,
+    repair, local search. Values live in conf/solver/."""
+
+    iterations: int = 60
+    """Projected-gradient steps on the relaxed [gpu, job, t] grid."""
+    step: float = 0.25
+    """Step size of each projected-gradient step."""
+    penalty_start: float = 0.5
+    """Penalty weight at the first step (capacity, gang size, elastic demand, job area)."""
+    penalty_end: float = 20.0
+    """Penalty weight at the last step; geometric schedule in between."""
+    smooth: float = 0.2
+    """Weight of the temporal contiguity penalty on rigid jobs' mass."""
+    price_rate: float = 0.05
+    """How fast each constraint's multiplier (its price) follows its violation."""
+    time_discount: float = 0.05
+    """Fraction of a cell's value lost from t=0 to the horizon's end, so the
+    relaxation prefers earlier work and its start times order the rounding."""
+    rounding: str = "best"
+    """Placement order for the repair: relaxed (by relaxed start), priority, or
+    best (both; keep the better plan)."""
+    local_search_iters: int = 200
+    """Ruin-and-recreate iterations after repair (0: none)."""
+    ruin_window: list[int] = field(default_factory=lambda: [4, 48])
+    """Range of the time window a ruin move empties, in timesteps."""
+    demand_aware: bool = True
+    """Place rigid jobs only where the known elastic demand still fits."""
+    seed: int = 0
+    """Seeds the local search; with the same seed and device, the same plan."""
+    dtype: str = "float32"
+    """dtype of the relaxed grid: float32 | bfloat16 | float16 (halves the bytes on GPU)."""
+    progress: bool = True
+    """Show a progress bar on a terminal (never under CI or in a pipe)."""
+
+
 # ---- online (rolling-horizon) mode -----------------------------------------------------
 
 @dataclass
@@ -143,7 +180,7 @@ class OnlineConfig:
 class RunConfig:
     scenario: Any = None
     """Chosen with +scenario=NAME; left out of the defaults on purpose."""
-    policies: list[str] = field(default_factory=lambda: ["fifo"])
+    policies: list[str] = field(default_factory=lambda: ["fifo", "allocator"])
     """Policies to run, by registry name (gpualloc.policies)."""
     device: str = "auto"
     """auto | cpu | cuda"""
@@ -151,6 +188,7 @@ class RunConfig:
     """Reseeds the generator and the solvers."""
     save_plans: bool = True
     fifo: FifoConfig = field(default_factory=FifoConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
     mode: str = "offline"
     """offline: each policy sees the whole scenario; online: it replans as time
     passes, seeing only what has arrived (gpualloc.online; FIFO is online by
@@ -165,3 +203,4 @@ def register_configs() -> None:
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="schema/scenario", name="generated", node=GeneratedScenarioConfig)
     cs.store(group="schema/scenario", name="file", node=FileScenarioConfig)
+    cs.store(group="schema/solver", name="allocator", node=SolverConfig)

@@ -21,6 +21,12 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     return fifo(s, cfg.fifo, device)
 
 
+def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.allocator import allocator
+    return allocator(s, cfg.solver, device)
+
+
 POLICIES: dict[str, Policy] = {
     "fifo": _fifo,
+    "allocator": _allocator,
 }

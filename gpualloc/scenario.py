@@ -65,7 +65,8 @@ class Scenario:
     """(G, T) owner grid of cells decided before planning (-1: free to plan),
     e.g. history and running jobs in online mode. Not part of the file format.
     Policies that plan around it return a plan that keeps these cells as they
-    are and does not run their jobs anywhere else."""
+    are; a rigid job found there is not started again, an elastic one is
+    served as usual (its replicas there count against its demand)."""
 
     # ---- sizes -------------------------------------------------------------
     @property

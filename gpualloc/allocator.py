@@ -1,0 +1,194 @@
+"""The constrained allocator.
+
+1. Relax: the plan as a dense grid x[g, j, t] in [0, 1] on the device, cells
+   that PROBLEM.md forbids (before arrival, incompatible GPU, decided before
+   planning) fixed at 0. Maximize the priority-weighted useful work minus
+   penalties for what the relaxation lets slip: capacity (more than one job
+   on a GPU-timestep), gang size (a rigid job's mass at a timestep above its
+   `gpus`), job area (a rigid job's mass above gpus x duration), elastic
+   mass above demand, and broken runs in time (a rigid job's mass should
+   stay on the same GPUs from one step to the next). Projected gradient
+   ascent, the penalty weight growing geometrically over the steps; one fused
+   kernel per step (kernels/pgd.py).
+2. Round: each rigid job's start is the window of its duration that holds the
+   most relaxed mass; the jobs are ordered by that start.
+3. Repair (gpualloc.repair): place the jobs in that order at their earliest
+   feasible start, where the known elastic demand still fits; fill what is
+   left with elastic replicas, highest priority first. Feasible whatever the
+   relaxation did. The same repair from plain priority order competes, and the
+   better plan goes on.
+4. Improve: ruin-and-recreate local search on the exact objective.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+import torch
+
+from gpualloc.config import SolverConfig
+from gpualloc.kernels.pgd import pgd_step
+from gpualloc.plan import Plan
+from gpualloc.fifo import fifo
+from gpualloc.repair import adopt, build, fixed_jobs, improve, priority_order
+from gpualloc.scenario import Scenario
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def show_progress(enabled: bool) -> bool:
+    return enabled and sys.stderr.isatty() and not os.environ.get("CI")
+
+
+@contextmanager
+def _cpu_threads(device: torch.device, n: int):
+    # The repair's tensors are small (G x T): on a busy machine, torch's
+    # thread pool costs more than it gives, so it runs on one thread.
+    if device.type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.Tensor):
+    """Projected gradient ascent on the relaxed grid. `planned` (J,) bool marks
+    the jobs to plan. Returns the column masses C (J, T), averaged over the
+    second half of the steps, and the last step's (objective, capacity excess,
+    column excess, area excess).
+
+    Each constraint carries a penalty: its multiplier (a price, raised by the
+    violation at every step) plus a quadratic term whose weight grows
+    geometrically from penalty_start to penalty_end (an augmented Lagrangian).
+    Violations are measured relative to their bound (a job's gang size, its
+    area), so one step size suits every term."""
+    G, J, T = s.G, s.J, s.T
+    dtype = DTYPES[cfg.dtype]
+    compat = (s.compat & planned[:, None]).to(device)  # (J, G)
+    arrival = s.arrival.to(device)
+    free = (s.fixed < 0).to(device) if s.fixed is not None else torch.ones(
+        G, T, dtype=torch.bool, device=device)
+    rigid = s.rigid.to(device)
+    k = s.gpus.to(device).float()
+    t = torch.arange(T, device=device)
+    value = (s.priority / s.priority.max()).float().to(device)
+    value_t = value[:, None] * (1 - cfg.time_discount * t[None, :] / max(T, 1))  # (J, T)
+    # Column cap: a rigid job's gang size, an elastic job's demand in GPUs.
+    col_cap = torch.where(rigid[:, None], k[:, None].expand(J, T),
+                          (s.demand.to(device) * s.gpus.to(device)[:, None]).float())
+    area_cap = torch.where(rigid, k * s.duration.to(device).float(), torch.full_like(k, 1e30))
+
+    x = torch.zeros(G, J, T, device=device, dtype=dtype)
+    S = torch.zeros(G, T, device=device)
+    C = torch.zeros(J, T, device=device)
+    A = torch.zeros(J, device=device)
+    price_cap = torch.zeros(G, T, device=device)
+    price_col = torch.zeros(J, T, device=device)
+    price_area = torch.zeros(J, device=device)
+    C_mean = torch.zeros(J, T, device=device)
+    averaged = 0
+    n = max(cfg.iterations, 1)
+    ratio = cfg.penalty_end / cfg.penalty_start
+    bar = None
+    if show_progress(cfg.progress):
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.iterations, desc=f"allocator {s.name}", leave=False)
+    last = (0.0, 0.0, 0.0, 0.0)
+    for i in range(cfg.iterations):
+        lam = cfg.penalty_start * ratio ** (i / max(n - 1, 1))
+        over_cap = S - 1  # (G, T)
+        over_col = (C - col_cap) / k[:, None]  # (J, T), in gang sizes
+        over_area = (A - area_cap) / area_cap.clamp(max=1e29)  # (J,), fraction of the job
+        gain = value_t - price_col - lam * over_col.clamp(min=0) - (
+            price_area + lam * over_area.clamp(min=0))[:, None]  # (J, T)
+        cap = price_cap + lam * over_cap.clamp(min=0)  # (G, T)
+        x, S, C, A = pgd_step(x, compat, arrival, free, gain, cap, rigid, cfg.step,
+                              lam * cfg.smooth)
+        S, C, A = S.float(), C.float(), A.float()
+        rate = cfg.price_rate
+        price_cap = (price_cap + rate * (S - 1)).clamp(min=0)
+        price_col = (price_col + rate * (C - col_cap) / k[:, None]).clamp(min=0)
+        price_area = (price_area + rate * (A - area_cap) / area_cap).clamp(min=0)
+        if 2 * i >= cfg.iterations:
+            C_mean += C
+            averaged += 1
+        if bar is not None or i == cfg.iterations - 1:
+            last = (float((value_t * C).sum()), float((S - 1).clamp(min=0).sum()),
+                    float((C - col_cap).clamp(min=0).sum()),
+                    float((A - area_cap).clamp(min=0).sum()))
+            if bar is not None:
+                bar.set_postfix(objective=f"{last[0]:.0f}", capacity=f"{last[1]:.1f}",
+                                column=f"{last[2]:.1f}")
+                bar.update()
+    if bar is not None:
+        bar.close()
+    return (C_mean / max(averaged, 1)).cpu().double(), last
+
+
+def round_starts(s: Scenario, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per rigid job, the start whose window [s, s + duration) holds the most
+    relaxed mass, and that mass as a fraction of the job (J,), (J,)."""
+    J, T = C.shape
+    cs = torch.zeros(J, T + 1, dtype=C.dtype)
+    cs[:, 1:] = torch.cumsum(C, 1)
+    t = torch.arange(T)
+    end = torch.minimum(t[None, :] + s.duration[:, None], torch.tensor(T))  # (J, T)
+    window = cs.gather(1, end) - cs[:, :T]  # (J, T)
+    window[t[None, :] < s.arrival[:, None]] = -1
+    start = window.argmax(1)
+    length = (end.gather(1, start[:, None]).flatten() - start).clamp(min=1)
+    score = window.gather(1, start[:, None]).flatten() / (s.gpus * length)
+    return start, score
+
+
+def relaxed_order(s: Scenario, start: torch.Tensor, score: torch.Tensor) -> list[int]:
+    """Jobs the relaxation runs (most of their mass in one window) by relaxed
+    start; the rest after them, by priority."""
+    runs = score >= 0.5
+    key = lambda j: (0, int(start[j]), -s.jobs[j].priority, j) if runs[j] else (  # noqa: E731
+        1, -s.jobs[j].priority, s.jobs[j].arrival, j)
+    return sorted(range(s.J), key=key)
+
+
+def allocator(s: Scenario, cfg: SolverConfig | None = None,
+              device: torch.device | str = "cpu") -> Plan:
+    cfg = cfg or SolverConfig()
+    device = torch.device(device)
+    info: dict = {}
+    clock = time.perf_counter()
+    planned = ~fixed_jobs(s) & ~s.unplaceable
+    orders = {}
+    if cfg.rounding in ("relaxed", "best") and s.J:
+        C, last = relax(s, cfg, device, planned)
+        start, score = round_starts(s, C)
+        orders["relaxed"] = relaxed_order(s, start, score)
+        info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
+        info["column_excess"], info["area_excess"] = last[2], last[3]
+    info["relax_s"] = time.perf_counter() - clock
+    if cfg.rounding in ("priority", "best") or not orders:
+        orders["priority"] = priority_order(s)
+
+    clock = time.perf_counter()
+    with _cpu_threads(device, 1):
+        built = {name: build(s, order, device, cfg.demand_aware) for name, order in orders.items()}
+        if s.fixed is None:
+            # FIFO's placement competes too, so the search never starts below the baseline.
+            built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
+        values = {name: sched.value() for name, sched in built.items()}
+        chosen = max(values, key=lambda name: (values[name], name == "relaxed"))
+        sched = built[chosen]
+        info["repair_values"], info["rounding"] = values, chosen
+        info["repair_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
+                        demand_aware=cfg.demand_aware)
+        info["local_search"] = vars(stats)
+        owner = sched.owner()
+    info["local_search_s"] = time.perf_counter() - clock
+    return Plan(owner=owner, info=info)

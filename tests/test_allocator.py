@@ -1,0 +1,75 @@
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpualloc.allocator import allocator, relax, round_starts
+from gpualloc.check import check
+from gpualloc.config import SolverConfig
+from gpualloc.fifo import fifo
+from gpualloc.metrics import weighted_throughput
+from gpualloc.scenario import from_dict
+from strategies import scenarios
+
+# Small budgets: the properties hold for any budget; tests stay fast.
+QUICK = SolverConfig(iterations=8, local_search_iters=8, progress=False)
+
+
+@given(scenarios())
+def test_plans_pass_the_checker(s):
+    plan = allocator(s, QUICK)
+    verdict = check(s, plan.owner)
+    assert verdict.ok, str(verdict)
+
+
+@given(scenarios(max_jobs=6))
+def test_never_below_fifo(s):
+    # The claim: on any valid scenario, the allocator's weighted throughput is
+    # at least FIFO's (its local search starts from the best of its repaired
+    # plans and FIFO's placement, and never accepts a worse plan).
+    assert weighted_throughput(s, allocator(s, QUICK).owner) >= \
+        weighted_throughput(s, fifo(s).owner) - 1e-9
+
+
+@given(scenarios(max_jobs=6), st.data())
+def test_fixed_cells_are_kept(s, data):
+    # History up to t0 taken from FIFO's plan, frozen: the allocator keeps it
+    # and does not start those rigid jobs again.
+    base = fifo(s).owner
+    t0 = data.draw(st.integers(0, s.T))
+    fixed = torch.full_like(base, -1)
+    fixed[:, :t0] = base[:, :t0]
+    started = {int(j) for j in fixed[fixed >= 0].unique() if s.jobs[int(j)].rigid}
+    # A rigid job cut at t0 keeps its block up to its end: running jobs stay put.
+    for j in started:
+        fixed[base == j] = j
+    s.fixed = fixed
+    owner = allocator(s, QUICK).owner
+    assert check(s, owner).ok
+    assert torch.equal(owner[fixed >= 0], fixed[fixed >= 0])
+    for j in started:
+        assert torch.equal(owner == j, fixed == j)
+
+
+def test_same_seed_same_plan():
+    s = from_dict({"name": "d", "horizon": 24, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 2, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i % 5, "arrival": i % 7,
+                  "gpus": [1, 2, 4][i % 3], "duration": 3 + i % 9} for i in range(20)]
+        + [{"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0, "gpus": 1,
+            "demand": [1 + (t % 12 > 6) * 2 for t in range(24)]}]})
+    cfg = SolverConfig(iterations=20, local_search_iters=30, progress=False, seed=3)
+    a, b = allocator(s, cfg).owner, allocator(s, cfg).owner
+    assert torch.equal(a, b)
+
+
+def test_relaxation_respects_masks_and_rounds_to_the_heavy_window():
+    s = from_dict({"name": "r", "horizon": 10, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 2, "gpu_type": "H", "memory_gb": 80},
+        {"name": "l", "count": 1, "gpus_per_node": 2, "gpu_type": "L", "memory_gb": 48}]},
+        "jobs": [{"id": "a", "kind": "training", "priority": 5, "arrival": 3, "gpus": 2,
+                  "duration": 4, "gpu_types": ["H"]}]})
+    C, _ = relax(s, SolverConfig(iterations=40, progress=False), torch.device("cpu"),
+                 torch.ones(1, dtype=torch.bool))
+    assert C[0, :3].eq(0).all() and C[0].max() <= 2 + 1e-6
+    start, score = round_starts(s, C)
+    assert 3 <= int(start[0]) and float(score[0]) > 0.5
