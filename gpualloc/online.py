@@ -12,6 +12,8 @@ built only from what is known at `tau`, over the rest of the horizon
 - the jobs that have arrived (`arrival <= tau`), each with arrival 0; rigid
   jobs that have finished are left out; rigid jobs already running keep their
   block, as `fixed` cells, with the rest of their run as their duration;
+  durations are cut at the view's end (the same cells and value: the horizon
+  cuts runs anyway);
 - the real-time demand observed at `tau`, then the forecaster's guess for
   `tau + 1 ..` computed from the observed history only (`oracle` alone is
   handed the true future; `last_day` repeats the last observed day, `ewma`
@@ -43,6 +45,7 @@ defines it.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 
@@ -181,10 +184,11 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             end = s0 + k.duration
             if end <= tau:
                 continue  # finished
-            jobs.append(replace(k, arrival=0, duration=end - tau))
+            jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
         else:
-            jobs.append(replace(k, arrival=0))
+            # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
+            jobs.append(replace(k, arrival=0, duration=min(k.duration, T)))
         index.append(j)
     fixed = torch.full((G, T), IDLE, dtype=torch.long)
     for v, g0, k, length in fixed_cells:
@@ -202,6 +206,9 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     if given, is called with each (tau, view scenario, view -> scenario index)."""
     validate(cfg)
     o = cfg.online
+    if getattr(getattr(cfg, "solver", None), "progress", False):
+        cfg = copy.deepcopy(cfg)  # one progress bar per replan would flood the terminal
+        cfg.solver.progress = False
     oracle = Oracle(s) if o.forecast == "oracle" else None
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})

@@ -225,8 +225,8 @@ def test_run_online_mode(tmp_path):
 ONLINE_POLICIES = {"fixed_greedy": fixed_greedy, **{n: POLICIES[n] for n in REPLANNING}}
 
 
-@pytest.mark.parametrize("name", sorted(ONLINE_POLICIES))
-@pytest.mark.parametrize("forecast_", FORECASTS)
+@pytest.mark.parametrize("name, forecast_", [("fixed_greedy", f) for f in FORECASTS] + [
+    (name, "last_day") for name in REPLANNING])
 def test_policies_online_on_a_generated_scenario(name, forecast_):
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)

@@ -57,6 +57,7 @@ def test_shipped_example_is_reproducible(week):
     assert load(EXAMPLE).to_dict() == week.scenario.to_dict()
 
 
+@pytest.mark.slow  # the allocator on 64 GPUs x 375 jobs x 168 steps: ~15-30 s on 2 cores
 def test_every_policy_plans_the_trace(week):
     # A checked plan from each policy of the registry, offline.
     s = week.scenario
@@ -280,7 +281,8 @@ def test_run_alibaba_scenario(tmp_path):
 
     register_configs()
     with initialize_config_module("gpualloc.conf", version_base=None):
-        cfg = OmegaConf.to_object(compose("config", overrides=["+scenario=alibaba"]))
+        cfg = OmegaConf.to_object(compose("config", overrides=["+scenario=alibaba",
+                                                               "policies=[fifo]"]))
     result = run(cfg, tmp_path)
     assert (result["scenario"], result["gpus"], result["jobs"]) == ("alibaba_134d_168h", 64, 375)
     assert json.loads((tmp_path / "metrics.json").read_text())["policies"]["fifo"]
