@@ -87,6 +87,7 @@ def machine() -> dict:
 
 
 def bench(args) -> dict:
+    where = machine()  # before the runs: the commit they ran
     device = torch.device(args.device)
     extra = dict(load_extra(e) for e in args.extra_policy or [])
     names = [p for p in (args.policies or list(POLICIES)) if p != "fifo"] + list(extra)
@@ -128,7 +129,7 @@ def bench(args) -> dict:
                     print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
                           f"wthr {_pct(g['weighted_throughput_pct'])} util "
                           f"{g['utilization_points']:+.1f} pts  {wall:.1f} s", file=sys.stderr)
-    return {"machine": machine(), "policies": names, "forecasts": args.forecasts,
+    return {"machine": where, "policies": names, "forecasts": args.forecasts,
             "replan_every": args.replan_every, "seeds": args.seeds, "rows": rows,
             "extra_policies": {k: v for k, v in zip(extra, args.extra_policy or [])}}
 
