@@ -63,11 +63,15 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     second half of the steps, and the last step's (objective, capacity excess,
     column excess, area excess).
 
-    Each constraint carries a penalty: its multiplier (a price, raised by the
-    violation at every step) plus a quadratic term whose weight grows
-    geometrically from penalty_start to penalty_end (an augmented Lagrangian).
-    Violations are measured relative to their bound (a job's gang size, its
-    area), so one step size suits every term."""
+    Each step moves x along the value gradient (value per GPU-step, slightly
+    discounted over time) and the contiguity penalty's, then projects onto
+    the box, the masks and the constraints through their multipliers: one per
+    cell (capacity), per (job, t) (gang size, elastic demand) and per rigid
+    job (area). Each multiplier takes a Newton step on its constraint's
+    violation, over the number of positive cells the kernel counts (the
+    steepest its sum can fall): the projection is approximate at each step
+    and exact at a fixed point. The contiguity weight grows geometrically from penalty_start
+    to penalty_end over the steps."""
     G, J, T = s.G, s.J, s.T
     dtype = DTYPES[cfg.dtype]
     compat = (s.compat & planned[:, None]).to(device)  # (J, G)
@@ -83,17 +87,17 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     col_cap = torch.where(rigid[:, None], k[:, None].expand(J, T),
                           (s.demand.to(device) * s.gpus.to(device)[:, None]).float())
     area_cap = torch.where(rigid, k * s.duration.to(device).float(), torch.full_like(k, 1e30))
+    mask = None
+    if device.type == "cpu":  # the reference recomputes it every step otherwise
+        mask = (compat.T[:, :, None] & (t[None, None, :] >= arrival[None, :, None])
+                & free[:, None, :]).to(dtype)  # (G, J, T)
 
     x = torch.zeros(G, J, T, device=device, dtype=dtype)
-    S = torch.zeros(G, T, device=device)
-    C = torch.zeros(J, T, device=device)
-    A = torch.zeros(J, device=device)
-    price_cap = torch.zeros(G, T, device=device)
+    price_cell = torch.zeros(G, T, device=device)
     price_col = torch.zeros(J, T, device=device)
     price_area = torch.zeros(J, device=device)
     C_mean = torch.zeros(J, T, device=device)
     averaged = 0
-    n = max(cfg.iterations, 1)
     ratio = cfg.penalty_end / cfg.penalty_start
     bar = None
     if show_progress(cfg.progress):
@@ -101,20 +105,16 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
         bar = tqdm(total=cfg.iterations, desc=f"allocator {s.name}", leave=False)
     last = (0.0, 0.0, 0.0, 0.0)
     for i in range(cfg.iterations):
-        lam = cfg.penalty_start * ratio ** (i / max(n - 1, 1))
-        over_cap = S - 1  # (G, T)
-        over_col = (C - col_cap) / k[:, None]  # (J, T), in gang sizes
-        over_area = (A - area_cap) / area_cap.clamp(max=1e29)  # (J,), fraction of the job
-        gain = value_t - price_col - lam * over_col.clamp(min=0) - (
-            price_area + lam * over_area.clamp(min=0))[:, None]  # (J, T)
-        cap = price_cap + lam * over_cap.clamp(min=0)  # (G, T)
-        x, S, C, A = pgd_step(x, compat, arrival, free, gain, cap, rigid, cfg.step,
-                              lam * cfg.smooth)
-        S, C, A = S.float(), C.float(), A.float()
-        rate = cfg.price_rate
-        price_cap = (price_cap + rate * (S - 1)).clamp(min=0)
-        price_col = (price_col + rate * (C - col_cap) / k[:, None]).clamp(min=0)
-        price_area = (price_area + rate * (A - area_cap) / area_cap).clamp(min=0)
+        lam = cfg.penalty_start * ratio ** (i / max(cfg.iterations - 1, 1))
+        gain = cfg.step * value_t - price_col - price_area[:, None]  # (J, T)
+        x, S, N, C, M, A, K = pgd_step(x, compat, arrival, free, gain, price_cell, rigid,
+                                       cfg.step * cfg.smooth * lam, mask)
+        S, N, C, M, A, K = (v.float() for v in (S, N, C, M, A, K))
+        # Newton steps on the multipliers: violation over slope.
+        damp = cfg.damping
+        price_cell = (price_cell + damp * (S - 1) / N.clamp(min=1)).clamp(min=0)
+        price_col = (price_col + damp * (C - col_cap) / M.clamp(min=1)).clamp(min=0)
+        price_area = (price_area + damp * (A - area_cap) / K.clamp(min=1)).clamp(min=0)
         if 2 * i >= cfg.iterations:
             C_mean += C
             averaged += 1

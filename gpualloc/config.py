@@ -125,14 +125,16 @@ class SolverConfig:
     """Projected-gradient steps on the relaxed [gpu, job, t] grid."""
     step: float = 0.25
     """Step size of each projected-gradient step."""
-    penalty_start: float = 0.5
-    """Penalty weight at the first step (capacity, gang size, elastic demand, job area)."""
-    penalty_end: float = 20.0
-    """Penalty weight at the last step; geometric schedule in between."""
-    smooth: float = 0.2
-    """Weight of the temporal contiguity penalty on rigid jobs' mass."""
-    price_rate: float = 0.05
-    """How fast each constraint's multiplier (its price) follows its violation."""
+    penalty_start: float = 0.1
+    """Contiguity penalty weight at the first step (capacity, gang size, elastic
+    demand and job area are held by multipliers)."""
+    penalty_end: float = 2.0
+    """Contiguity penalty weight at the last step; geometric schedule in between."""
+    smooth: float = 1.0
+    """Scale of the temporal contiguity penalty on rigid jobs' mass."""
+    damping: float = 0.5
+    """Fraction of each multiplier's Newton step taken per step (1: full steps;
+    the three families of multipliers interact, so full steps oscillate)."""
     time_discount: float = 0.05
     """Fraction of a cell's value lost from t=0 to the horizon's end, so the
     relaxation prefers earlier work and its start times order the rounding."""
