@@ -11,13 +11,17 @@
    ascent, the penalty weight growing geometrically over the steps; one fused
    kernel per step (kernels/pgd.py).
 2. Round: each rigid job's start is the window of its duration that holds the
-   most relaxed mass; the jobs are ordered by that start.
-3. Repair (gpualloc.repair): place the jobs in that order at their earliest
-   feasible start, where the known elastic demand still fits; fill what is
-   left with elastic replicas, highest priority first. Feasible whatever the
-   relaxation did. The same repair from plain priority order competes, and the
-   better plan goes on.
-4. Improve: ruin-and-recreate local search on the exact objective.
+   most relaxed mass; the jobs that hold enough of their mass there (a few
+   thresholds, each one rounding) are ordered by that start, the rest by
+   priority.
+3. Repair (gpualloc.repair): place the jobs in that order at their rounded
+   start when it is free, else at their earliest feasible start, where the
+   known elastic demand still fits; fill what is left with elastic replicas,
+   highest priority first. Feasible whatever the relaxation did. The same
+   repair from plain priority order, and FIFO's placement, compete; the best
+   plan goes on.
+4. Improve: local search on the exact objective (ruin and recreate, and
+   forcing in waiting jobs the relaxation wanted), never accepting a worse plan.
 """
 from __future__ import annotations
 
@@ -147,11 +151,13 @@ def round_starts(s: Scenario, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return start, score
 
 
-def relaxed_order(s: Scenario, start: torch.Tensor, score: torch.Tensor) -> list[int]:
-    """Jobs the relaxation runs (most of their mass in one window) by relaxed
-    start; the rest after them, by priority."""
-    runs = score >= 0.5
-    key = lambda j: (0, int(start[j]), -s.jobs[j].priority, j) if runs[j] else (  # noqa: E731
+def relaxed_order(s: Scenario, start: torch.Tensor, score: torch.Tensor,
+                  threshold: float) -> list[int]:
+    """Jobs the relaxation runs (at least `threshold` of their mass in one
+    window) by relaxed start; the rest after them, by priority."""
+    runs = (score >= threshold).tolist()
+    start = start.tolist()
+    key = lambda j: (0, start[j], -s.jobs[j].priority, j) if runs[j] else (  # noqa: E731
         1, -s.jobs[j].priority, s.jobs[j].arrival, j)
     return sorted(range(s.J), key=key)
 
@@ -163,31 +169,38 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     info: dict = {}
     clock = time.perf_counter()
     planned = ~fixed_jobs(s) & ~s.unplaceable
-    orders = {}
+    roundings = {}  # name -> (order, starts to try first or None)
+    guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
         C, last = relax(s, cfg, device, planned)
         start, score = round_starts(s, C)
-        orders["relaxed"] = relaxed_order(s, start, score)
+        guide = (score.tolist(), start.tolist())
+        for th in cfg.rounding_thresholds:
+            order = relaxed_order(s, start, score, th)
+            at = {j: int(start[j]) for j in range(s.J) if score[j] >= th}
+            roundings[f"relaxed@{th:g}"] = (order, None)
+            roundings[f"relaxed@{th:g}+start"] = (order, at)
         info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
         info["column_excess"], info["area_excess"] = last[2], last[3]
     info["relax_s"] = time.perf_counter() - clock
-    if cfg.rounding in ("priority", "best") or not orders:
-        orders["priority"] = priority_order(s)
+    if cfg.rounding in ("priority", "best") or not roundings:
+        roundings["priority"] = (priority_order(s), None)
 
     clock = time.perf_counter()
     with _cpu_threads(device, 1):
-        built = {name: build(s, order, device, cfg.demand_aware) for name, order in orders.items()}
+        built = {name: build(s, order, device, cfg.demand_aware, at)
+                 for name, (order, at) in roundings.items()}
         if s.fixed is None:
             # FIFO's placement competes too, so the search never starts below the baseline.
             built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
         values = {name: sched.value() for name, sched in built.items()}
-        chosen = max(values, key=lambda name: (values[name], name == "relaxed"))
+        chosen = max(values, key=lambda name: (values[name], name.startswith("relaxed")))
         sched = built[chosen]
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
-                        demand_aware=cfg.demand_aware)
+                        demand_aware=cfg.demand_aware, guide=guide)
         info["local_search"] = vars(stats)
         owner = sched.owner()
     info["local_search_s"] = time.perf_counter() - clock

@@ -139,8 +139,12 @@ class SolverConfig:
     """Fraction of a cell's value lost from t=0 to the horizon's end, so the
     relaxation prefers earlier work and its start times order the rounding."""
     rounding: str = "best"
-    """Placement order for the repair: relaxed (by relaxed start), priority, or
-    best (both; keep the better plan)."""
+    """Placement order for the repair: relaxed (by relaxed start, one rounding
+    per threshold, placed at the relaxed start or earliest), priority (skips
+    the relaxation), or best (all of them; the best plan goes on)."""
+    rounding_thresholds: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
+    """Share of a job's mass in its best window above which the relaxation
+    counts it as run; one rounding per value."""
     local_search_iters: int = 200
     """Ruin-and-recreate iterations after repair (0: none)."""
     ruin_window: list[int] = field(default_factory=lambda: [4, 48])
