@@ -37,7 +37,7 @@ def _window_min(x: torch.Tensor, width: torch.Tensor | int, fill: float) -> torc
     T = x.shape[-1]
     out = x.clone()
     span = 1
-    w = int(width)
+    w = min(int(width), T)  # a window past the horizon is cut there
     while span < w:
         step = min(span, w - span)
         shifted = torch.full_like(out, fill)

@@ -73,3 +73,15 @@ def test_relaxation_respects_masks_and_rounds_to_the_heavy_window():
     assert C[0, :3].eq(0).all() and C[0].max() <= 2 + 1e-6
     start, score = round_starts(s, C)
     assert 3 <= int(start[0]) and float(score[0]) > 0.5
+
+
+def test_jobs_longer_than_twice_the_horizon():
+    s = from_dict({"name": "long", "horizon": 5, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 2, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": "a", "kind": "training", "priority": 3, "arrival": 1, "gpus": 1,
+                  "duration": 40},
+                 {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0,
+                  "gpus": 1, "demand": [1, 1, 1, 1, 1]}]})
+    owner = allocator(s, QUICK).owner
+    assert check(s, owner).ok
+    assert (owner == 0).sum() == 4  # runs from its arrival to the horizon's end
