@@ -33,7 +33,7 @@ from contextlib import contextmanager
 import torch
 
 from gpualloc.config import SolverConfig
-from gpualloc.kernels.pgd import pgd_step
+from gpualloc.kernels.pgd import pgd_step, pgd_step_packed
 from gpualloc.plan import Plan
 from gpualloc.fifo import fifo
 from gpualloc.repair import adopt, build, fixed_jobs, improve, priority_order
@@ -85,18 +85,13 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     rigid = s.rigid.to(device)
     k = s.gpus.to(device).float()
     t = torch.arange(T, device=device)
-    value = (s.priority / s.priority.max()).float().to(device)
+    value = (s.priority / s.priority.max().clamp(min=1e-12) if J else s.priority).float().to(device)
     value_t = value[:, None] * (1 - cfg.time_discount * t[None, :] / max(T, 1))  # (J, T)
     # Column cap: a rigid job's gang size, an elastic job's demand in GPUs.
     col_cap = torch.where(rigid[:, None], k[:, None].expand(J, T),
                           (s.demand.to(device) * s.gpus.to(device)[:, None]).float())
     area_cap = torch.where(rigid, k * s.duration.to(device).float(), torch.full_like(k, 1e30))
-    mask = None
-    if device.type == "cpu":  # the reference recomputes it every step otherwise
-        mask = (compat.T[:, :, None] & (t[None, None, :] >= arrival[None, :, None])
-                & free[:, None, :]).to(dtype)  # (G, J, T)
-
-    x = torch.zeros(G, J, T, device=device, dtype=dtype)
+    grid = Grid(s, cfg, device, compat, free, dtype)
     price_cell = torch.zeros(G, T, device=device)
     price_col = torch.zeros(J, T, device=device)
     price_area = torch.zeros(J, device=device)
@@ -111,9 +106,8 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     for i in range(cfg.iterations):
         lam = cfg.penalty_start * ratio ** (i / max(cfg.iterations - 1, 1))
         gain = cfg.step * value_t - price_col - price_area[:, None]  # (J, T)
-        x, S, N, C, M, A, K = pgd_step(x, compat, arrival, free, gain, price_cell, rigid,
-                                       cfg.step * cfg.smooth * lam, mask)
-        S, N, C, M, A, K = (v.float() for v in (S, N, C, M, A, K))
+        S, N, C, M, A, K = (v.float() for v in grid.step(
+            gain, price_cell, cfg.step * cfg.smooth * lam))
         # Newton steps on the multipliers: violation over slope.
         damp = cfg.damping
         price_cell = (price_cell + damp * (S - 1) / N.clamp(min=1)).clamp(min=0)
@@ -132,7 +126,63 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
                 bar.update()
     if bar is not None:
         bar.close()
-    return (C_mean / max(averaged, 1)).cpu().double(), last
+    return (C_mean / max(averaged, 1)).cpu().double(), last, grid.representation
+
+
+class Grid:
+    """The relaxed grid in one of two representations, the same objective and
+    penalties either way:
+    - dense: x (G, J, T), every cell; the Triton kernel on CUDA;
+    - packed: x (G, L), only the cells a job can ever hold: after its arrival,
+      and for a rigid job within `window_slack` steps of waiting plus its
+      duration. Chosen when the dense grid exceeds `dense_max_cells` (the
+      CPU cannot sweep it fast enough) or the memory budget."""
+
+    def __init__(self, s: Scenario, cfg: SolverConfig, device, compat, free, dtype):
+        G, J, T = s.G, s.J, s.T
+        self.J = J
+        self.compat, self.free = compat, free
+        self.arrival, self.rigid = s.arrival.to(device), s.rigid.to(device)
+        end = torch.where(s.rigid, torch.clamp(s.arrival + cfg.window_slack + s.duration, max=T),
+                          torch.full_like(s.arrival, T))
+        width = (end - s.arrival).clamp(min=0)  # (J,) columns per job
+        dense_cells = G * J * T
+        self.representation = cfg.grid
+        if cfg.grid == "auto":
+            self.representation = "packed" if (device.type == "cpu" and dense_cells
+                                               > cfg.dense_max_cells) else "dense"
+        t = torch.arange(T, device=device)
+        if self.representation == "dense":
+            self.x = torch.zeros(G, J, T, device=device, dtype=dtype)
+            self.mask = None
+            if device.type == "cpu":  # the reference would rebuild it every step
+                self.mask = (compat.T[:, :, None] & (t[None, None, :] >= self.arrival[None, :, None])
+                             & free[:, None, :]).to(dtype)  # (G, J, T)
+            return
+        L = int(width.sum())
+        self.cols_job = torch.repeat_interleave(torch.arange(J), width).to(device)  # (L,)
+        first = torch.cumsum(width, 0) - width
+        self.cols_t = (torch.arange(L) - torch.repeat_interleave(first, width)
+                       + torch.repeat_interleave(s.arrival, width)).to(device)  # (L,)
+        same_job = self.cols_job[1:] == self.cols_job[:-1]
+        self.smooth_cols = (same_job & self.rigid[self.cols_job[1:]]).to(dtype)  # (L-1,)
+        # A window's first column after t=0 and last before T border cells
+        # outside it, which are zero: the dense grid's Laplacian sees them too.
+        last = first + width - 1
+        rigid_cpu = s.rigid & (width > 0)
+        edges = torch.cat([first[rigid_cpu & (s.arrival > 0)], last[rigid_cpu & (end < T)]])
+        self.edges = edges.to(device)
+        self.mask = (compat.T[:, self.cols_job] & free[:, self.cols_t]).to(dtype)  # (G, L)
+        self.x = torch.zeros(G, L, device=device, dtype=dtype)
+
+    def step(self, gain, price, smooth):
+        if self.representation == "dense":
+            _, *out = pgd_step(self.x, self.compat, self.arrival, self.free, gain, price,
+                               self.rigid, smooth, self.mask)
+            return out
+        _, *out = pgd_step_packed(self.x, self.cols_job, self.cols_t, self.mask, gain, price,
+                                  self.smooth_cols, self.edges, smooth, self.J)
+        return out
 
 
 def round_starts(s: Scenario, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,7 +222,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     roundings = {}  # name -> (order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
-        C, last = relax(s, cfg, device, planned)
+        C, last, info["representation"] = relax(s, cfg, device, planned)
         start, score = round_starts(s, C)
         guide = (score.tolist(), start.tolist())
         for th in cfg.rounding_thresholds:

@@ -153,6 +153,16 @@ class SolverConfig:
     """Place rigid jobs only where the known elastic demand still fits."""
     seed: int = 0
     """Seeds the local search; with the same seed and device, the same plan."""
+    grid: str = "auto"
+    """Representation of the relaxed grid: dense (G x J x T), packed (only
+    the cells a job can ever hold), or auto (packed on the CPU above
+    dense_max_cells)."""
+    dense_max_cells: int = 20_000_000
+    """Above this many cells the CPU relaxes the packed grid (the dense one
+    takes too long per step there)."""
+    window_slack: int = 24
+    """Packed grid: steps a rigid job may wait after arrival within the
+    relaxation's view (the repair may still start it later)."""
     dtype: str = "float32"
     """dtype of the relaxed grid: float32 | bfloat16 | float16 (halves the bytes on GPU)."""
     progress: bool = True

@@ -158,3 +158,40 @@ def pgd_step(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=N
     if x.is_cuda and triton_available():
         return pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth)
     return pgd_step_ref(x, compat, arrival, free, gain, price, rigid, smooth, mask)
+
+
+def packed_bytes_moved(G: int, L: int, itemsize: int = 4) -> int:
+    """Bytes one packed step must move at least: the (G, L) grid read and
+    written, the capacity price gathered per column, the mask read."""
+    return 2 * G * L * itemsize + G * L * 4 + G * L
+
+
+def pgd_step_packed(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth, J: int):
+    """The same step on the packed grid: only the cells a job can ever hold,
+    x (G, L) with column c standing for (job cols_job[c], timestep cols_t[c]),
+    each job's columns consecutive in time. `mask` (G, L) in x's dtype,
+    `smooth_cols` (L - 1,) the contiguity weight between neighbouring columns
+    (zero across jobs and for elastic jobs), times `smooth`; `edges` the
+    columns whose outer neighbour in time is a cell outside the window (zero,
+    as in the dense grid). Returns x, S, N, C, M, A, K as the dense step does.
+    Torch only: the dense kernel serves the GPU, this form serves grids the
+    dense one cannot hold or sweep fast enough."""
+    G, L = x.shape
+    T = price.shape[1]
+    d = x[:, 1:] - x[:, :-1]  # (G, L-1)
+    d.mul_(smooth * smooth_cols[None, :])
+    outer = x[:, edges] * -smooth  # (G, E): pulled toward the zero outside
+    x.add_(gain[cols_job, cols_t][None, :]).sub_(price[:, cols_t])
+    x[:, :-1] += d
+    x[:, 1:] -= d
+    x.index_add_(1, edges, outer)
+    x.clamp_(0.0, 1.0).mul_(mask)
+    positive = x > 0  # (G, L)
+    S = torch.zeros(G, T, dtype=x.dtype, device=x.device).index_add_(1, cols_t, x)
+    N = torch.zeros(G, T, dtype=x.dtype, device=x.device).index_add_(1, cols_t, positive.to(x.dtype))
+    flat = cols_job * T + cols_t
+    C = torch.zeros(J * T, dtype=x.dtype, device=x.device).index_add_(0, flat, x.sum(0))
+    M = torch.zeros(J * T, dtype=x.dtype, device=x.device).index_add_(
+        0, flat, positive.sum(0, dtype=x.dtype))
+    C, M = C.view(J, T), M.view(J, T)
+    return x, S, N, C, M, C.sum(1), M.sum(1)
