@@ -126,20 +126,26 @@ class SolverConfig:
     """Projected-gradient steps on the relaxed [gpu, job, t] grid."""
     step: float = 0.25
     """Step size of each projected-gradient step."""
-    penalty_start: float = 0.5
-    """Penalty weight at the first step (capacity, gang size, elastic demand, job area)."""
-    penalty_end: float = 20.0
-    """Penalty weight at the last step; geometric schedule in between."""
-    smooth: float = 0.2
-    """Weight of the temporal contiguity penalty on rigid jobs' mass."""
-    price_rate: float = 0.05
-    """How fast each constraint's multiplier (its price) follows its violation."""
+    penalty_start: float = 0.1
+    """Contiguity penalty weight at the first step (capacity, gang size, elastic
+    demand and job area are held by multipliers)."""
+    penalty_end: float = 2.0
+    """Contiguity penalty weight at the last step; geometric schedule in between."""
+    smooth: float = 1.0
+    """Scale of the temporal contiguity penalty on rigid jobs' mass."""
+    damping: float = 0.5
+    """Fraction of each multiplier's Newton step taken per step (1: full steps;
+    the three families of multipliers interact, so full steps oscillate)."""
     time_discount: float = 0.05
     """Fraction of a cell's value lost from t=0 to the horizon's end, so the
     relaxation prefers earlier work and its start times order the rounding."""
     rounding: str = "best"
-    """Placement order for the repair: relaxed (by relaxed start), priority, or
-    best (both; keep the better plan)."""
+    """Placement order for the repair: relaxed (by relaxed start, one rounding
+    per threshold, placed at the relaxed start or earliest), priority (skips
+    the relaxation), or best (all of them; the best plan goes on)."""
+    rounding_thresholds: list[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
+    """Share of a job's mass in its best window above which the relaxation
+    counts it as run; one rounding per value."""
     local_search_iters: int = 200
     """Ruin-and-recreate iterations after repair (0: none)."""
     ruin_window: list[int] = field(default_factory=lambda: [4, 48])
@@ -148,6 +154,16 @@ class SolverConfig:
     """Place rigid jobs only where the known elastic demand still fits."""
     seed: int = 0
     """Seeds the local search; with the same seed and device, the same plan."""
+    grid: str = "auto"
+    """Representation of the relaxed grid: dense (G x J x T), packed (only
+    the cells a job can ever hold), or auto (packed on the CPU above
+    dense_max_cells)."""
+    dense_max_cells: int = 20_000_000
+    """Above this many cells the CPU relaxes the packed grid (the dense one
+    takes too long per step there)."""
+    window_slack: int = 24
+    """Packed grid: steps a rigid job may wait after arrival within the
+    relaxation's view (the repair may still start it later)."""
     dtype: str = "float32"
     """dtype of the relaxed grid: float32 | bfloat16 | float16 (halves the bytes on GPU)."""
     progress: bool = True

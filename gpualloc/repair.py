@@ -37,7 +37,7 @@ def _window_min(x: torch.Tensor, width: torch.Tensor | int, fill: float) -> torc
     T = x.shape[-1]
     out = x.clone()
     span = 1
-    w = int(width)
+    w = min(int(width), T)  # a window past the horizon is cut there
     while span < w:
         step = min(span, w - span)
         shifted = torch.full_like(out, fill)
@@ -331,13 +331,15 @@ class Schedule:
                 and not self.done[j] and not self.s.unplaceable[j]]
 
 
-def build(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True) -> Schedule:
+def build(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True,
+          at: dict[int, int] | None = None) -> Schedule:
     """Serial placement: each rigid job in `order` at its earliest feasible
-    start; then elastic service."""
+    start (from `at[j]` first, when given); then elastic service."""
     sched = Schedule(s, device)
     for j in order:
         if sched.rigid[j] and not sched.done[j] and sched.start[j] < 0:
-            sched.insert(j, demand_aware=demand_aware)
+            if at is None or j not in at or not sched.insert(j, at[j], demand_aware):
+                sched.insert(j, demand_aware=demand_aware)
     sched.fill_elastic()
     return sched
 
@@ -378,14 +380,16 @@ class SearchStats:
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
-            progress=None) -> SearchStats:
+            guide: tuple[list[float], list[int]] | None = None, progress=None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
     - ruin and recreate: empty the jobs that start in a random time window
       (on a random half of the nodes, half the time);
     - force in: put a waiting job at a random start on the block it disturbs
-      least, removing the jobs in its way.
+      least, removing the jobs in its way. With a `guide` from the relaxation
+      (per job: the share of it the relaxation ran, its relaxed start), jobs
+      it ran are picked more often, half the time at their relaxed start.
     Then every removed and waiting job goes back, earliest fit, in priority
     order perturbed by noise. A move that lowers the objective is undone."""
     rng = random.Random(seed)
@@ -400,11 +404,16 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         removed: list[int] = []
         waiting = sched.waiting()
         if waiting and rng.random() < 0.5:
-            j = rng.choices(waiting, weights=[sched.priority[w] for w in waiting])[0]
-            # Starts where GPUs sit idle are the promising ones.
-            idle = (sched.G - sched.busy.sum(0) - sched.elastic_used)[sched.arrival[j]:]
-            weights = (idle.double() + 0.1).tolist()
-            start = sched.arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
+            share = guide[0] if guide else [1.0] * s.J
+            j = rng.choices(waiting, weights=[sched.priority[w] * (0.1 + min(share[w], 1.0))
+                                              for w in waiting])[0]
+            if guide and rng.random() < 0.5:
+                start = max(guide[1][j], sched.arrival[j])
+            else:
+                # Starts where GPUs sit idle are the promising ones.
+                idle = (sched.G - sched.busy.sum(0) - sched.elastic_used)[sched.arrival[j]:]
+                weights = (idle.double() + 0.1).tolist()
+                start = sched.arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
             victims = sched.clear_for(j, start, rng)
             if victims is None:
                 continue

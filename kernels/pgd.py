@@ -1,22 +1,29 @@
 """One projected-gradient step on the relaxed grid x[g, j, t], fused with the
-reductions the next step's penalties need.
+reductions the next step needs.
 
-    x <- clip(x + step * grad, 0, 1) * mask          (G, J, T)
-    grad = gain[j, t] - cap[g, t] - smooth * rigid[j] * lap_t(x)
+    x <- clip(x + gain[j, t] - price[g, t] - smooth * rigid[j] * lap_t(x), 0, 1) * mask
     mask = compat[j, g] & (t >= arrival[j]) & free[g, t]
-    S[g, t] = sum_j x,  C[j, t] = sum_g x,  A[j] = sum_{g,t} x   (of the new x)
 
-`gain` holds the value and the per-(job, t) and per-job penalty gradients,
-`cap` the capacity penalty gradient; both are small (J x T, G x T) and are
-built by the caller. lap_t is the discrete Laplacian along time (the gradient
-of the squared differences between neighbouring timesteps), which pulls a
-rigid job's mass into runs.
+then, of the new x:
+
+    S[g, t] = sum_j x      N[g, t] = #{j : x > 0}       (capacity: one job per cell)
+    C[j, t] = sum_g x      M[j, t] = #{g : x > 0}       (gang size / elastic demand)
+    A[j]    = sum_{g,t} x  K[j]    = #{g, t : x > 0}    (a rigid job's area)
+
+`gain` carries the step along the value gradient minus the multipliers of the
+per-(job, t) and per-job constraints, `price` the multiplier of the capacity
+constraint: clip(y - multipliers) is the projection of y onto the box and
+those constraints when the multipliers clear them, and the counts N, M, K
+bound the slopes the caller's Newton step on each multiplier needs (raising a
+multiplier by d lowers its sum by at most d per positive cell). lap_t is the
+discrete Laplacian along time, the gradient of the contiguity penalty that
+pulls a rigid job's mass into runs.
 
 Memory traffic per step, the floor the GPU benchmark is judged against: the
-grid is read once and written once, 2 * G*J*T * itemsize bytes (8 bytes per
-cell in float32); the side inputs (gain J*T, cap G*T, compat J*G, free G*T,
-the outputs S, C, A) add (J*T + 2*G*T + J*G + J*T + J) * 4 bytes, negligible
-next to the grid when J, G >> 1. See `bytes_moved`.
+grid is read once and written once, 2 * G*J*T * itemsize bytes; the side
+arrays (gain and the J x T outputs, price and the G x T outputs, compat J x G,
+free G x T) add a few bytes per (g, t) and (j, t), negligible next to the grid
+when G and J are large. See `bytes_moved`.
 
 `pgd_step_ref` is the plain-torch reference and the CPU fallback;
 `pgd_step` dispatches to the Triton kernel on CUDA when Triton is installed.
@@ -27,9 +34,10 @@ import torch
 
 
 def bytes_moved(G: int, J: int, T: int, itemsize: int = 4) -> int:
-    """Bytes one fused step must move at least: grid read + write, side arrays."""
+    """Bytes one fused step must move at least: the grid read and written once,
+    plus its side inputs and outputs (4-byte floats, 1-byte masks)."""
     grid = 2 * G * J * T * itemsize
-    side = (2 * J * T + 2 * G * T + J * G + J) * 4
+    side = 4 * (J * T * 3 + G * T * 3 + 2 * J) + J * G + G * T + J
     return grid + side
 
 
@@ -38,40 +46,43 @@ def _mask(compat, arrival, free, T):
     return compat.T[:, :, None] & (t[None, None, :] >= arrival[None, :, None]) & free[:, None, :]
 
 
-def pgd_step_ref(x, compat, arrival, free, gain, cap, rigid, step: float, smooth: float):
-    """Torch reference. x (G, J, T) float, compat (J, G) bool, arrival (J,)
-    int, free (G, T) bool, gain (J, T) float, cap (G, T) float, rigid (J,)
-    bool. Returns the new x (written in place) and S (G, T), C (J, T), A (J,)."""
+def pgd_step_ref(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=None):
+    """Torch reference. x (G, J, T) float (updated in place), compat (J, G)
+    bool, arrival (J,) int, free (G, T) bool, gain (J, T) float, price (G, T)
+    float, rigid (J,) bool; `mask` may pass the (G, J, T) mask precomputed, in
+    x's dtype. Returns x, S, N, C, M, A, K (see the module docstring)."""
     G, J, T = x.shape
-    upd = gain[None, :, :] - cap[:, None, :]  # (G, J, T)
-    if smooth and T > 1:
-        d = x[:, :, 1:] - x[:, :, :-1]  # (G, J, T-1)
-        lap = torch.zeros_like(x)
-        lap[:, :, :-1] -= d
-        lap[:, :, 1:] += d
-        upd -= (smooth * rigid.to(x.dtype))[None, :, None] * lap
-    x.add_(upd, alpha=step).clamp_(0.0, 1.0)
-    x.mul_(_mask(compat, arrival, free, T))
-    C = x.sum(0)
-    return x, x.sum(1), C, C.sum(1)
+    if mask is None:
+        mask = _mask(compat, arrival, free, T).to(x.dtype)
+    # In place, with one temporary: the time differences of the old x.
+    d = x[:, :, 1:] - x[:, :, :-1]  # (G, J, T-1)
+    d.mul_((smooth * rigid.to(x.dtype))[None, :, None])
+    x.add_(gain[None, :, :]).sub_(price[:, None, :])
+    x[:, :, :-1] += d
+    x[:, :, 1:] -= d
+    x.clamp_(0.0, 1.0).mul_(mask)
+    positive = x > 0  # (G, J, T)
+    C, M = x.sum(0), positive.sum(0, dtype=x.dtype)
+    return x, x.sum(1), positive.sum(1, dtype=x.dtype), C, M, C.sum(1), M.sum(1)
 
 
-def pgd_step_triton(x, compat, arrival, free, gain, cap, rigid, step: float, smooth: float):
+def pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=None):
     import triton
 
     G, J, T = x.shape
     BT = triton.next_power_of_2(T)
-    BJ = max(1, min(triton.next_power_of_2(J), 4096 // BT))
-    BG = max(1, min(triton.next_power_of_2(G), 8192 // (BT * BJ)))
-    S = torch.zeros(G, T, device=x.device, dtype=torch.float32)
-    C = torch.zeros(J, T, device=x.device, dtype=torch.float32)
-    A = torch.zeros(J, device=x.device, dtype=torch.float32)
+    BJ = max(1, min(triton.next_power_of_2(J), 2048 // BT))
+    BG = max(1, min(triton.next_power_of_2(G), 4096 // (BT * BJ)))
+    f32 = dict(device=x.device, dtype=torch.float32)
+    S, N = torch.zeros(G, T, **f32), torch.zeros(G, T, **f32)
+    C, M = torch.zeros(J, T, **f32), torch.zeros(J, T, **f32)
+    A, K = torch.zeros(J, **f32), torch.zeros(J, **f32)
     grid = (triton.cdiv(G, BG), triton.cdiv(J, BJ))
     _kernel()[grid](x, compat.to(torch.int8).contiguous(), arrival.to(torch.int32).contiguous(),
                     free.to(torch.int8).contiguous(), gain.float().contiguous(),
-                    cap.float().contiguous(), rigid.to(torch.int8).contiguous(), S, C, A,
-                    G, J, T, float(step), float(smooth), BG=BG, BJ=BJ, BT=BT)
-    return x, S.to(x.dtype), C.to(x.dtype), A.to(x.dtype)
+                    price.float().contiguous(), rigid.to(torch.int8).contiguous(),
+                    S, N, C, M, A, K, G, J, T, float(smooth), BG=BG, BJ=BJ, BT=BT)
+    return x, S, N, C, M, A, K
 
 
 _KERNEL = None
@@ -86,12 +97,12 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def pgd_step_kernel(x_ptr, compat_ptr, arrival_ptr, free_ptr, gain_ptr, cap_ptr, rigid_ptr,
-                        S_ptr, C_ptr, A_ptr, G, J, T, step, smooth,
+    def pgd_step_kernel(x_ptr, compat_ptr, arrival_ptr, free_ptr, gain_ptr, price_ptr, rigid_ptr,
+                        S_ptr, N_ptr, C_ptr, M_ptr, A_ptr, K_ptr, G, J, T, smooth,
                         BG: tl.constexpr, BJ: tl.constexpr, BT: tl.constexpr):
         g = tl.program_id(0) * BG + tl.arange(0, BG)  # (BG,)
         j = tl.program_id(1) * BJ + tl.arange(0, BJ)  # (BJ,)
-        t = tl.arange(0, BT)  # (BT,) one tile holds a whole time row
+        t = tl.arange(0, BT)  # (BT,) one tile holds whole time rows
         gm, jm, tm = g < G, j < J, t < T
         g3, j3, t3 = g[:, None, None], j[None, :, None], t[None, None, :]
         inside = gm[:, None, None] & jm[None, :, None] & tm[None, None, :]
@@ -100,26 +111,34 @@ def _kernel():
         prev = tl.load(x_ptr + off - 1, mask=inside & (t3 > 0), other=0.0).to(tl.float32)
         nxt = tl.load(x_ptr + off + 1, mask=inside & (t3 < T - 1), other=0.0).to(tl.float32)
         lap = ((t3 > 0).to(tl.float32) + (t3 < T - 1).to(tl.float32)) * x - prev - nxt
-        gain = tl.load(gain_ptr + j3 * T + t3, mask=jm[None, :, None] & tm[None, None, :], other=0.0)
-        cap = tl.load(cap_ptr + g3 * T + t3, mask=gm[:, None, None] & tm[None, None, :], other=0.0)
+        gain = tl.load(gain_ptr + j3 * T + t3, mask=jm[None, :, None] & tm[None, None, :],
+                       other=0.0)
+        price = tl.load(price_ptr + g3 * T + t3, mask=gm[:, None, None] & tm[None, None, :],
+                        other=0.0)
         rigid = tl.load(rigid_ptr + j, mask=jm, other=0).to(tl.float32)[None, :, None]
         compat = tl.load(compat_ptr + j[None, :] * G + g[:, None],
                          mask=gm[:, None] & jm[None, :], other=0)[:, :, None]
         arrival = tl.load(arrival_ptr + j, mask=jm, other=0)[None, :, None]
-        free = tl.load(free_ptr + g3 * T + t3, mask=gm[:, None, None] & tm[None, None, :], other=0)
-        new = x + step * (gain - cap - smooth * rigid * lap)
+        free = tl.load(free_ptr + g3 * T + t3, mask=gm[:, None, None] & tm[None, None, :],
+                       other=0)
+        new = x + gain - price - smooth * rigid * lap
         new = tl.minimum(tl.maximum(new, 0.0), 1.0)
         keep = (compat != 0) & (t3 >= arrival) & (free != 0) & inside
         new = tl.where(keep, new, 0.0)
-        tl.store(x_ptr + off, new.to(x_ptr.dtype.element_ty), mask=inside)
-        # Reductions of the new grid for the next step's penalties.
-        s_part = tl.sum(new, axis=1)  # (BG, BT)
-        tl.atomic_add(S_ptr + g[:, None] * T + t[None, :], s_part,
-                      mask=gm[:, None] & tm[None, :])
+        new = new.to(x_ptr.dtype.element_ty)
+        tl.store(x_ptr + off, new, mask=inside)
+        new = new.to(tl.float32)  # the reductions see the values as stored
+        inner = (new > 0.0).to(tl.float32)
+        gt = gm[:, None] & tm[None, :]
+        tl.atomic_add(S_ptr + g[:, None] * T + t[None, :], tl.sum(new, axis=1), mask=gt)
+        tl.atomic_add(N_ptr + g[:, None] * T + t[None, :], tl.sum(inner, axis=1), mask=gt)
+        jt = jm[:, None] & tm[None, :]
         c_part = tl.sum(new, axis=0)  # (BJ, BT)
-        tl.atomic_add(C_ptr + j[:, None] * T + t[None, :], c_part,
-                      mask=jm[:, None] & tm[None, :])
+        m_part = tl.sum(inner, axis=0)
+        tl.atomic_add(C_ptr + j[:, None] * T + t[None, :], c_part, mask=jt)
+        tl.atomic_add(M_ptr + j[:, None] * T + t[None, :], m_part, mask=jt)
         tl.atomic_add(A_ptr + j, tl.sum(c_part, axis=1), mask=jm)
+        tl.atomic_add(K_ptr + j, tl.sum(m_part, axis=1), mask=jm)
 
     _KERNEL = pgd_step_kernel
     return _KERNEL
@@ -133,9 +152,46 @@ def triton_available() -> bool:
     return True
 
 
-def pgd_step(x, compat, arrival, free, gain, cap, rigid, step: float, smooth: float):
+def pgd_step(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=None):
     """Dispatch: the Triton kernel on CUDA (when Triton is installed), the
     torch reference elsewhere."""
     if x.is_cuda and triton_available():
-        return pgd_step_triton(x, compat, arrival, free, gain, cap, rigid, step, smooth)
-    return pgd_step_ref(x, compat, arrival, free, gain, cap, rigid, step, smooth)
+        return pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth)
+    return pgd_step_ref(x, compat, arrival, free, gain, price, rigid, smooth, mask)
+
+
+def packed_bytes_moved(G: int, L: int, itemsize: int = 4) -> int:
+    """Bytes one packed step must move at least: the (G, L) grid read and
+    written, the capacity price gathered per column, the mask read."""
+    return 2 * G * L * itemsize + G * L * 4 + G * L
+
+
+def pgd_step_packed(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth, J: int):
+    """The same step on the packed grid: only the cells a job can ever hold,
+    x (G, L) with column c standing for (job cols_job[c], timestep cols_t[c]),
+    each job's columns consecutive in time. `mask` (G, L) in x's dtype,
+    `smooth_cols` (L - 1,) the contiguity weight between neighbouring columns
+    (zero across jobs and for elastic jobs), times `smooth`; `edges` the
+    columns whose outer neighbour in time is a cell outside the window (zero,
+    as in the dense grid). Returns x, S, N, C, M, A, K as the dense step does.
+    Torch only: the dense kernel serves the GPU, this form serves grids the
+    dense one cannot hold or sweep fast enough."""
+    G, L = x.shape
+    T = price.shape[1]
+    d = x[:, 1:] - x[:, :-1]  # (G, L-1)
+    d.mul_(smooth * smooth_cols[None, :])
+    outer = x[:, edges] * -smooth  # (G, E): pulled toward the zero outside
+    x.add_(gain[cols_job, cols_t][None, :]).sub_(price[:, cols_t])
+    x[:, :-1] += d
+    x[:, 1:] -= d
+    x.index_add_(1, edges, outer)
+    x.clamp_(0.0, 1.0).mul_(mask)
+    positive = x > 0  # (G, L)
+    S = torch.zeros(G, T, dtype=x.dtype, device=x.device).index_add_(1, cols_t, x)
+    N = torch.zeros(G, T, dtype=x.dtype, device=x.device).index_add_(1, cols_t, positive.to(x.dtype))
+    flat = cols_job * T + cols_t
+    C = torch.zeros(J * T, dtype=x.dtype, device=x.device).index_add_(0, flat, x.sum(0))
+    M = torch.zeros(J * T, dtype=x.dtype, device=x.device).index_add_(
+        0, flat, positive.sum(0, dtype=x.dtype))
+    C, M = C.view(J, T), M.view(J, T)
+    return x, S, N, C, M, C.sum(1), M.sum(1)

@@ -33,7 +33,7 @@ def scenario_docs(draw, max_pools=3, max_jobs=8, max_horizon=12, max_gpus=16):
             job["gpus"] = draw(st.sampled_from([1, 1, 2, 4, 16]))
             job["demand"] = draw(st.lists(st.integers(0, 6), min_size=horizon, max_size=horizon))
         else:
-            job["duration"] = draw(st.integers(1, horizon + 2))
+            job["duration"] = draw(st.integers(1, 3 * horizon + 2))
         if draw(st.integers(0, 3)) == 0:
             job["gpu_types"] = draw(st.lists(st.sampled_from(types), min_size=1, max_size=2,
                                              unique=True))

@@ -68,8 +68,45 @@ def test_relaxation_respects_masks_and_rounds_to_the_heavy_window():
         {"name": "l", "count": 1, "gpus_per_node": 2, "gpu_type": "L", "memory_gb": 48}]},
         "jobs": [{"id": "a", "kind": "training", "priority": 5, "arrival": 3, "gpus": 2,
                   "duration": 4, "gpu_types": ["H"]}]})
-    C, _ = relax(s, SolverConfig(iterations=40, progress=False), torch.device("cpu"),
+    C, _, _ = relax(s, SolverConfig(iterations=40, progress=False), torch.device("cpu"),
                  torch.ones(1, dtype=torch.bool))
     assert C[0, :3].eq(0).all() and C[0].max() <= 2 + 1e-6
     start, score = round_starts(s, C)
     assert 3 <= int(start[0]) and float(score[0]) > 0.5
+
+
+def test_jobs_longer_than_twice_the_horizon():
+    s = from_dict({"name": "long", "horizon": 5, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 2, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": "a", "kind": "training", "priority": 3, "arrival": 1, "gpus": 1,
+                  "duration": 40},
+                 {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0,
+                  "gpus": 1, "demand": [1, 1, 1, 1, 1]}]})
+    owner = allocator(s, QUICK).owner
+    assert check(s, owner).ok
+    assert (owner == 0).sum() == 4  # runs from its arrival to the horizon's end
+
+
+@given(scenarios(max_jobs=6))
+@settings(max_examples=15)
+def test_packed_grid_equals_dense_when_windows_cover_the_horizon(s):
+    # Same objective, same penalties: with windows wide enough to hold every
+    # cell after arrival, the packed relaxation is the dense one.
+    planned = ~s.unplaceable
+    cfg = SolverConfig(iterations=12, progress=False, window_slack=3 * s.T)
+    dense, _, rep_d = relax(s, cfg.__class__(**{**vars(cfg), "grid": "dense"}), torch.device("cpu"),
+                            planned)
+    packed, _, rep_p = relax(s, cfg.__class__(**{**vars(cfg), "grid": "packed"}),
+                             torch.device("cpu"), planned)
+    assert (rep_d, rep_p) == ("dense", "packed")
+    torch.testing.assert_close(packed, dense, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_plans_pass_the_checker():
+    s = from_dict({"name": "p", "horizon": 30, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 2, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i % 5, "arrival": i,
+                  "gpus": [1, 2, 4][i % 3], "duration": 2 + i % 7} for i in range(25)]})
+    plan = allocator(s, SolverConfig(iterations=10, local_search_iters=10, progress=False,
+                                     grid="packed", window_slack=4))
+    assert plan.info["representation"] == "packed" and check(s, plan.owner).ok

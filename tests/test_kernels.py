@@ -26,8 +26,8 @@ def inputs(G, J, T, seed):
 @pytest.mark.parametrize("G, J, T", [(1, 1, 1), (3, 7, 5), (5, 2, 17), (2, 3, 40)])
 def test_pgd_step_matches_reference(G, J, T):
     args = inputs(G, J, T, seed=G * 100 + J * 10 + T)
-    ref = pgd_step_ref(args[0].clone(), *args[1:], step=0.3, smooth=0.7)
-    got = pgd_step_triton(args[0].clone(), *args[1:], step=0.3, smooth=0.7)
+    ref = pgd_step_ref(args[0].clone(), *args[1:], smooth=0.7)
+    got = pgd_step_triton(args[0].clone(), *args[1:], smooth=0.7)
     for r, g in zip(ref, got):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
 
@@ -35,7 +35,7 @@ def test_pgd_step_matches_reference(G, J, T):
 def test_masked_cells_stay_zero():
     x, compat, arrival, free, gain, cap, rigid = inputs(4, 6, 9, seed=1)
     gain = gain.abs() + 5  # everything wants to grow
-    new, *_ = pgd_step_triton(x.clone(), compat, arrival, free, gain, cap, rigid, 1.0, 0.0)
+    new, *_ = pgd_step_triton(x.clone(), compat, arrival, free, gain, cap, rigid, 0.0)
     t = torch.arange(9)
     mask = compat.T[:, :, None] & (t >= arrival[:, None])[None] & free[:, None, :]
     assert new[~mask].eq(0).all() and new[mask].eq(1).all()
