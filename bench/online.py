@@ -3,9 +3,12 @@ scenario, and when it learns jobs as they arrive and demand as it happens
 (gpualloc.online), side by side. The offline number is what a planner with
 perfect knowledge gains; the online one is what a cluster would see.
 
-    python bench/online.py                      # the seven scenarios (seeds 0-2) + the trace week
-    python bench/online.py --quick              # seed 0, replan every 6 steps
-    python bench/online.py --policies greedy --forecasts last_day --replan-every 1
+    python -m bench.online                      # the seven scenarios (seeds 0-2) + the trace week
+    python -m bench.online --quick              # seed 0, replan every 6 steps
+    python -m bench.online --policies greedy --forecasts last_day --replan-every 1
+
+(`python -m` from the repository root works without installing gpualloc;
+`python bench/online.py` needs it installed.)
 
 Runs every policy of the registry (FIFO is the yardstick and online by
 nature). Every plan goes through the checker. Writes bench/results/online.md
@@ -95,40 +98,41 @@ def bench(args) -> dict:
     if unknown:
         sys.exit(f"error: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})")
     rows = []
-    for scenario in args.scenarios:
-        for seed in ([0] if scenario in TRACES else args.seeds):
-            cfg = composed(scenario, seed)
-            s = build_scenario(cfg.scenario, seed)
-            base = metrics(s, POLICIES["fifo"](s, cfg, device).owner)
-            for name in names:
-                for mode, forecast in [("offline", None)] + [("online", f) for f in args.forecasts]:
-                    if name in ONLINE_BY_NATURE and mode == "online":
-                        continue
-                    c = copy.deepcopy(cfg)
-                    c.mode = mode
-                    if forecast:
-                        c.online.forecast = forecast
-                        c.online.replan_every = args.replan_every
-                    start = time.perf_counter()
-                    plan = plan_with(name, extra.get(name), s, c, device)
-                    wall = time.perf_counter() - start
-                    verdict = check(s, plan.owner)
-                    if not verdict.ok:
-                        raise SystemExit(f"{name} {mode} {forecast} on {s.name} seed {seed}: "
-                                         f"infeasible plan\n{verdict}")
-                    m = metrics(s, plan.owner)
-                    g = gains(m, base)
-                    rows.append({"scenario": scenario, "seed": seed, "policy": name,
-                                 "mode": mode, "forecast": forecast,
-                                 "replan_every": args.replan_every if forecast else None,
-                                 "utilization": m["utilization"],
-                                 "weighted_throughput": m["weighted_throughput"],
-                                 "realtime_slo": m["realtime_slo"],
-                                 "fifo_weighted_throughput": base["weighted_throughput"],
-                                 "fifo_utilization": base["utilization"], **g, "wall_s": wall})
-                    print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
-                          f"wthr {_pct(g['weighted_throughput_pct'])} util "
-                          f"{g['utilization_points']:+.1f} pts  {wall:.1f} s", file=sys.stderr)
+    # Composed up front: the YAML is read once, before anything runs.
+    runs = [(scenario, seed, composed(scenario, seed)) for scenario in args.scenarios
+            for seed in ([0] if scenario in TRACES else args.seeds)]
+    for scenario, seed, cfg in runs:
+        s = build_scenario(cfg.scenario, seed)
+        base = metrics(s, POLICIES["fifo"](s, cfg, device).owner)
+        for name in names:
+            for mode, forecast in [("offline", None)] + [("online", f) for f in args.forecasts]:
+                if name in ONLINE_BY_NATURE and mode == "online":
+                    continue
+                c = copy.deepcopy(cfg)
+                c.mode = mode
+                if forecast:
+                    c.online.forecast = forecast
+                    c.online.replan_every = args.replan_every
+                start = time.perf_counter()
+                plan = plan_with(name, extra.get(name), s, c, device)
+                wall = time.perf_counter() - start
+                verdict = check(s, plan.owner)
+                if not verdict.ok:
+                    raise SystemExit(f"{name} {mode} {forecast} on {s.name} seed {seed}: "
+                                     f"infeasible plan\n{verdict}")
+                m = metrics(s, plan.owner)
+                g = gains(m, base)
+                rows.append({"scenario": scenario, "seed": seed, "policy": name,
+                             "mode": mode, "forecast": forecast,
+                             "replan_every": args.replan_every if forecast else None,
+                             "utilization": m["utilization"],
+                             "weighted_throughput": m["weighted_throughput"],
+                             "realtime_slo": m["realtime_slo"],
+                             "fifo_weighted_throughput": base["weighted_throughput"],
+                             "fifo_utilization": base["utilization"], **g, "wall_s": wall})
+                print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
+                      f"wthr {_pct(g['weighted_throughput_pct'])} util "
+                      f"{g['utilization_points']:+.1f} pts  {wall:.1f} s", file=sys.stderr)
     return {"machine": where, "policies": names, "forecasts": args.forecasts,
             "replan_every": args.replan_every, "seeds": args.seeds, "rows": rows,
             "extra_policies": {k: v for k, v in zip(extra, args.extra_policy or [])}}
