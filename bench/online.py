@@ -133,7 +133,8 @@ def bench(args) -> dict:
                 print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
                       f"wthr {_pct(g['weighted_throughput_pct'])} util "
                       f"{g['utilization_points']:+.1f} pts  {wall:.1f} s", file=sys.stderr)
-    return {"machine": where, "policies": names, "forecasts": args.forecasts,
+    return {"machine": where, "command": "python -m bench.online " + " ".join(sys.argv[1:]),
+            "policies": names, "forecasts": args.forecasts,
             "replan_every": args.replan_every, "seeds": args.seeds, "rows": rows,
             "extra_policies": {k: v for k, v in zip(extra, args.extra_policy or [])}}
 
@@ -156,7 +157,7 @@ def markdown(result: dict) -> str:
     lines = ["# Offline and online gains over FIFO", "",
              f"Machine: {result['machine']['processor']}, {result['machine']['cpus']} CPUs, "
              f"GPU {result['machine']['gpu'] or 'none'}, torch {result['machine']['torch']}; "
-             f"commit `{result['machine']['commit']}`.", "",
+             f"commit `{result['machine']['commit']}`.", "", f"`{result['command']}`", "",
              f"Weighted throughput gain in percent and utilization gain in points over FIFO's "
              f"plan of the same scenario, mean over seeds {result['seeds']} (the trace row: one "
              f"run). Online: replanning every {result['replan_every']} step(s), seeing only "
