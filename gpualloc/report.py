@@ -130,11 +130,11 @@ def _read_run(folder: Path) -> Run:
 # Overrides that do not make a different experiment: the scenario (its name is
 # a column), the seed (what the spread is over), which policies ran (a column)
 # and output switches.
-NOT_A_SETTING = ("seed", "+scenario", "scenario", "policies", "plot", "save_plans")
+NOT_A_SETTING = ("seed", "scenario", "policies", "plot", "save_plans")
 
 
 def setting(overrides: list[str]) -> str:
-    return " ".join(o for o in overrides if o.split("=", 1)[0] not in NOT_A_SETTING)
+    return " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in NOT_A_SETTING)
 
 
 # column, label in report.md, value from one policy's metrics, format in report.md

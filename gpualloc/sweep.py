@@ -55,14 +55,20 @@ def register_launchers() -> None:
         except ConfigLoadError:
             node = OmegaConf.create({"_target_": f"${{gpualloc_missing_plugin:{name}}}"})
         cs.store(group="schema/launcher", name=name, node=node)
+    quiet_schema_matching()
 
 
-# At import, not in register_launchers: submitit workers compose their run's
-# config again and import this module (for SweepProgress), but not run.py.
-for _name in LAUNCHERS:
-    warnings.filterwarnings(
-        "ignore", category=UserWarning,
-        message=rf"\s*'hydra/launcher/{_name}' is validated against ConfigStore schema")
+def quiet_schema_matching() -> None:
+    """Silence Hydra's automatic-schema-matching warning for our launchers."""
+    for name in LAUNCHERS:
+        warnings.filterwarnings(
+            "ignore", category=UserWarning,
+            message=rf"\s*'hydra/launcher/{name}' is validated against ConfigStore schema")
+
+
+# Also at import: submitit workers compose their run's config again, and they
+# import this module (for SweepProgress) but not run.py.
+quiet_schema_matching()
 
 
 # ---- progress ---------------------------------------------------------------------------
