@@ -37,7 +37,3 @@ def bar(iterable: Iterable[T] | None = None, **kwargs) -> tqdm:
     kwargs["disable"] = kwargs.get("disable", False) or not enabled(kwargs["file"])
     return tqdm(iterable, **kwargs)
 
-
-def write(message: str) -> None:
-    """Print a line to stdout without breaking a bar that is showing."""
-    tqdm.write(message, file=sys.stdout)

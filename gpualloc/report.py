@@ -199,14 +199,15 @@ def headlines(rows: list[dict]) -> list[str]:
         seeds = (f"{ns[0]} seed{'s' if ns[0] > 1 else ''} each" if len(ns) == 1
                  else f"{min(ns)}-{max(ns)} seeds each")
         name = f"{policy} [{sett}]" if sett else policy
-        text = f"{name} vs FIFO over {len(mine)} scenario{'s' if len(mine) > 1 else ''} ({seeds}): "
+        parts = []
         if util:
             best, where = max(util)
-            text += (f"utilization {sum(u for u, _ in util) / len(util):+.1f} points mean, "
-                     f"{best:+.1f} best ({where})")
+            parts.append(f"utilization {sum(u for u, _ in util) / len(util):+.1f} points mean, "
+                         f"{best:+.1f} best ({where})")
         if wthr:
-            text += f"; weighted throughput {sum(wthr) / len(wthr):+.1f}% mean"
-        lines.append(text)
+            parts.append(f"weighted throughput {sum(wthr) / len(wthr):+.1f}% mean")
+        lines.append(f"{name} vs FIFO over {len(mine)} scenario{'s' if len(mine) > 1 else ''} "
+                     f"({seeds}): " + ("; ".join(parts) or "no gains (FIFO did no useful work)"))
     return lines
 
 

@@ -118,7 +118,10 @@ class SweepProgress(Callback):
         self._dir = Path(str(config.hydra.sweep.dir))
         self._total = count_jobs(config)
         self._start = time.time()
-        self._seen: dict[Path, bool] = {}
+        self._seen: dict[Path, bool] = {}  # finished run -> failed
+        # What an earlier sweep into the same folder left (not by clock: on a
+        # cluster, the nodes' clocks and this one's differ).
+        self._before = {p: self._mtime(p) for p in self._dir.rglob("metrics.json")}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="sweep-progress")
         self._thread.start()
@@ -129,6 +132,13 @@ class SweepProgress(Callback):
             self._thread.join()
             self._poll()
 
+    @staticmethod
+    def _mtime(path: Path) -> float | None:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return None
+
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             self._poll()
@@ -138,9 +148,9 @@ class SweepProgress(Callback):
         for path in self._dir.rglob("metrics.json"):
             if path in self._seen or ".submitit" in path.parts:
                 continue
+            if path in self._before and self._mtime(path) == self._before[path]:
+                continue
             try:
-                if path.stat().st_mtime < self._start:
-                    continue  # left by an earlier sweep into the same folder
                 failed = "error" in json.loads(path.read_text())
             except (OSError, ValueError):
                 continue

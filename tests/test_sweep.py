@@ -160,6 +160,8 @@ def test_progress_quiet_under_ci_or_without_terminal(monkeypatch):
 def test_sweep_progress_lines(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(progress, "enabled", lambda stream=None: True)
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "sweeper": {}}})
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "metrics.json").write_text('{"policies": {}}')  # an earlier sweep's
     cb = SweepProgress(poll_s=60)
     cb.on_multirun_start(cfg)
     (tmp_path / "0").mkdir()
