@@ -119,19 +119,21 @@ def test_failed_run_in_the_aggregate(tmp_path):
     tiny = resources.files("gpualloc.examples") / "tiny.yaml"
     missing = tmp_path / "missing.yaml"
     r = subprocess.run([sys.executable, "-m", "gpualloc.run", "-m", "+scenario=file",
-                        f"scenario.path={tiny},{missing}", f"hydra.sweep.dir={tmp_path / 'm'}"],
+                        f"scenario.path={tiny},{missing}", "policies=[fifo]",
+                        f"hydra.sweep.dir={tmp_path / 'm'}"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert report.main([str(tmp_path / "m"), "--no-plots"]) == 0
     md = (tmp_path / "m" / "report.md").read_text()
     assert "2 runs: 1 finished, 1 failed" in md
-    assert f"`1` `+scenario=file scenario.path={missing}`: {missing}: cannot read" in md
+    assert (f"`1` `+scenario=file scenario.path={missing} policies=[fifo]`: "
+            f"{missing}: cannot read") in md
     rows = read_csv(tmp_path / "m" / "report.csv")
     assert [(r["scenario"], r["policy"], r["n"]) for r in rows] == [("tiny", "fifo", "1")]
 
 
 def test_single_run_folder_and_plot_true(tmp_path):
-    cfg = composed("+scenario=mixed", "scenario.horizon=24", "plot=true")
+    cfg = composed("+scenario=mixed", "scenario.horizon=24", "policies=[fifo]", "plot=true")
     result = run(cfg, tmp_path)
     assert_picture(tmp_path / "gantt.png", (1400, 400))
     assert_picture(tmp_path / "utilization.png", (1400, 700))

@@ -69,7 +69,7 @@ def test_glob_sweep_out_of_the_box_with_progress(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     rc, stdout, stderr = run_with_tty_stderr(
         [sys.executable, "-m", "gpualloc.run", "-m", "+scenario=glob(*)", "seed=0",
-         f"hydra.sweep.dir={tmp_path}"], env)
+         "policies=[fifo]", f"hydra.sweep.dir={tmp_path}"], env)
     assert rc == 0, stderr
     folders = sorted(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert len(folders) == len(scenario_names()) == 8
@@ -84,7 +84,8 @@ def test_glob_sweep_out_of_the_box_with_progress(tmp_path):
 def test_submitit_local_sweep(tmp_path):
     """A real submitit executor: each run in its own process, as on Slurm."""
     r = subprocess.run([sys.executable, "-m", "gpualloc.run", "-m", "hydra/launcher=submitit_local",
-                        "+scenario=file", "seed=0,1", f"hydra.sweep.dir={tmp_path}"],
+                        "+scenario=file", "seed=0,1", "policies=[fifo]",
+                        f"hydra.sweep.dir={tmp_path}"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "Submitit 'local' sweep output dir" in r.stdout + r.stderr
