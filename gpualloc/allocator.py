@@ -25,13 +25,12 @@
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from contextlib import contextmanager
 
 import torch
 
+from gpualloc import progress
 from gpualloc.config import SolverConfig
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed
 from gpualloc.plan import Plan
@@ -40,10 +39,6 @@ from gpualloc.repair import adopt, build, fixed_jobs, improve, priority_order
 from gpualloc.scenario import Scenario
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def show_progress(enabled: bool) -> bool:
-    return enabled and sys.stderr.isatty() and not os.environ.get("CI")
 
 
 @contextmanager
@@ -98,10 +93,8 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     C_mean = torch.zeros(J, T, device=device)
     averaged = 0
     ratio = cfg.penalty_end / cfg.penalty_start
-    bar = None
-    if show_progress(cfg.progress):
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.iterations, desc=f"allocator {s.name}", leave=False)
+    bar = progress.bar(total=cfg.iterations, desc=f"relax {s.name}", unit="step", leave=False,
+                       disable=not cfg.progress)
     last = (0.0, 0.0, 0.0, 0.0)
     for i in range(cfg.iterations):
         lam = cfg.penalty_start * ratio ** (i / max(cfg.iterations - 1, 1))
@@ -116,16 +109,14 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
         if 2 * i >= cfg.iterations:
             C_mean += C
             averaged += 1
-        if bar is not None or i == cfg.iterations - 1:
+        if not bar.disable or i == cfg.iterations - 1:
             last = (float((value_t * C).sum()), float((S - 1).clamp(min=0).sum()),
                     float((C - col_cap).clamp(min=0).sum()),
                     float((A - area_cap).clamp(min=0).sum()))
-            if bar is not None:
-                bar.set_postfix(objective=f"{last[0]:.0f}", capacity=f"{last[1]:.1f}",
-                                column=f"{last[2]:.1f}")
-                bar.update()
-    if bar is not None:
-        bar.close()
+            bar.set_postfix(objective=f"{last[0]:.0f}", capacity=f"{last[1]:.1f}",
+                            column=f"{last[2]:.1f}", refresh=False)
+            bar.update()
+    bar.close()
     return (C_mean / max(averaged, 1)).cpu().double(), last, grid.representation
 
 
@@ -249,8 +240,17 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        bar = progress.bar(total=cfg.local_search_iters, desc=f"search {s.name}", unit="move",
+                           leave=False, disable=not cfg.progress)
+
+        def tick(_, value):
+            bar.set_postfix(objective=f"{value:.0f}", refresh=False)
+            bar.update()
+
         stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
-                        demand_aware=cfg.demand_aware, guide=guide)
+                        demand_aware=cfg.demand_aware, guide=guide,
+                        progress=None if bar.disable else tick)
+        bar.close()
         info["local_search"] = vars(stats)
         owner = sched.owner()
     info["local_search_s"] = time.perf_counter() - clock
