@@ -35,7 +35,7 @@ from gpualloc.config import SolverConfig
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed
 from gpualloc.plan import Plan
 from gpualloc.fifo import fifo
-from gpualloc.repair import adopt, build, fixed_jobs, improve, priority_order
+from gpualloc.repair import adopt, build, build_parallel, fixed_jobs, improve, priority_order
 from gpualloc.scenario import Scenario
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -210,7 +210,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     info: dict = {}
     clock = time.perf_counter()
     planned = ~fixed_jobs(s) & ~s.unplaceable
-    roundings = {}  # name -> (order, starts to try first or None)
+    roundings = {}  # name -> (builder, order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
         C, last, info["representation"] = relax(s, cfg, device, planned)
@@ -219,23 +219,26 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         for th in cfg.rounding_thresholds:
             order = relaxed_order(s, start, score, th)
             at = {j: int(start[j]) for j in range(s.J) if score[j] >= th}
-            roundings[f"relaxed@{th:g}"] = (order, None)
-            roundings[f"relaxed@{th:g}+start"] = (order, at)
+            roundings[f"serial/relaxed@{th:g}"] = ("serial", order, None)
+            roundings[f"serial/relaxed@{th:g}+start"] = ("serial", order, at)
+            roundings[f"parallel/relaxed@{th:g}"] = ("parallel", order, None)
         info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
         info["column_excess"], info["area_excess"] = last[2], last[3]
     info["relax_s"] = time.perf_counter() - clock
     if cfg.rounding in ("priority", "best") or not roundings:
-        roundings["priority"] = (priority_order(s), None)
+        roundings["serial/priority"] = ("serial", priority_order(s), None)
+        roundings["parallel/priority"] = ("parallel", priority_order(s), None)
 
     clock = time.perf_counter()
     with _cpu_threads(device, 1):
-        built = {name: build(s, order, device, cfg.demand_aware, at)
-                 for name, (order, at) in roundings.items()}
+        built = {name: build(s, order, device, cfg.demand_aware, at) if how == "serial"
+                 else build_parallel(s, order, device, cfg.demand_aware)
+                 for name, (how, order, at) in roundings.items()}
         if s.fixed is None:
             # FIFO's placement competes too, so the search never starts below the baseline.
             built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
         values = {name: sched.value() for name, sched in built.items()}
-        chosen = max(values, key=lambda name: (values[name], name.startswith("relaxed")))
+        chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
         sched = built[chosen]
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
