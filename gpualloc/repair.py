@@ -370,17 +370,28 @@ def build(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True
 
 def build_parallel(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True,
                    reserve: bool = True) -> Schedule:
-    """Time-driven placement: at each event (an arrival, a job's end), the
-    waiting jobs in `order` start where they fit now; with `reserve`, the
-    first that does not fit holds its earliest later start (EASY), and the
-    jobs behind it start only around that reservation."""
+    """Time-driven placement of every rigid job, in `order` at each event;
+    then elastic service (see `insert_parallel`)."""
     sched = Schedule(s, device)
-    rank = {j: i for i, j in enumerate(order)}
-    todo = sorted((j for j in range(s.J) if sched.rigid[j] and not sched.done[j]
-                   and not s.unplaceable[j]), key=lambda j: (sched.arrival[j], rank[j]))
+    jobs = [j for j in range(s.J) if sched.rigid[j] and not sched.done[j]
+            and not s.unplaceable[j]]
+    insert_parallel(sched, jobs, {j: i for i, j in enumerate(order)}, 0, demand_aware, reserve)
+    sched.fill_elastic()
+    return sched
+
+
+def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t: int,
+                    demand_aware: bool = True, reserve: bool = True) -> None:
+    """Time-driven insertion from timestep t: at each event (an arrival, a
+    job's end), the waiting `jobs` in `rank` order start where they fit now;
+    with `reserve`, the first that does not fit holds its earliest later
+    start (EASY), and the jobs behind it start only around that reservation."""
+    todo = sorted(jobs, key=lambda j: (sched.arrival[j], rank[j]))
     waiting: list[int] = []
-    ends: list[int] = []
-    nxt, t = 0, 0
+    ends = [sched.start[j] + sched._length(j, sched.start[j]) for j in range(sched.s.J)
+            if sched.start[j] >= 0 and sched.start[j] + sched._length(j, sched.start[j]) > t]
+    heapq.heapify(ends)
+    nxt = 0
     while t < sched.T and (nxt < len(todo) or waiting):
         while nxt < len(todo) and sched.arrival[todo[nxt]] <= t:
             waiting.append(todo[nxt])
@@ -418,8 +429,6 @@ def build_parallel(s: Scenario, order: list[int], device="cpu", demand_aware: bo
                               sched.arrival[todo[nxt]] if nxt < len(todo) else None,
                               ghost[1] if ghost else None) if e is not None and e > t]
         t = min(events) if events else sched.T
-    sched.fill_elastic()
-    return sched
 
 
 def adopt(s: Scenario, owner: torch.Tensor, device="cpu") -> Schedule:
@@ -519,9 +528,16 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             others = rng.sample(others, max_waiting)
         candidates = removed + others
         key = {j: -sched.priority[j] + noise * rng.random() for j in candidates}
-        candidates.sort(key=lambda j: key[j])
+        if rng.random() < 0.5:
+            # Time-driven: from the first freed step, start what fits, EASY.
+            insert_parallel(sched, candidates, key, min(lo, window_end - 1) if removed else 0,
+                            demand_aware)
+        else:
+            candidates.sort(key=lambda j: key[j])
+            for j in candidates:
+                sched.insert(j, demand_aware=demand_aware)
         for j in candidates:
-            if sched.insert(j, demand_aware=demand_aware):
+            if sched.start[j] >= 0:
                 lo = min(lo, sched.start[j])
                 hi = max(hi, sched.start[j] + sched._length(j, sched.start[j]))
         if hi > lo:
