@@ -528,14 +528,9 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             others = rng.sample(others, max_waiting)
         candidates = removed + others
         key = {j: -sched.priority[j] + noise * rng.random() for j in candidates}
-        if rng.random() < 0.5:
-            # Time-driven: from the first freed step, start what fits, EASY.
-            insert_parallel(sched, candidates, key, min(lo, window_end - 1) if removed else 0,
-                            demand_aware)
-        else:
-            candidates.sort(key=lambda j: key[j])
-            for j in candidates:
-                sched.insert(j, demand_aware=demand_aware)
+        candidates.sort(key=lambda j: key[j])
+        for j in candidates:
+            sched.insert(j, demand_aware=demand_aware)
         for j in candidates:
             if sched.start[j] >= 0:
                 lo = min(lo, sched.start[j])
