@@ -25,25 +25,20 @@
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from contextlib import contextmanager
 
 import torch
 
+from gpualloc import progress
 from gpualloc.config import SolverConfig
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed
 from gpualloc.plan import Plan
 from gpualloc.fifo import fifo
-from gpualloc.repair import adopt, build, fixed_jobs, improve, priority_order
+from gpualloc.repair import adopt, build, build_parallel, fixed_jobs, improve, priority_order
 from gpualloc.scenario import Scenario
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def show_progress(enabled: bool) -> bool:
-    return enabled and sys.stderr.isatty() and not os.environ.get("CI")
 
 
 @contextmanager
@@ -98,10 +93,8 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     C_mean = torch.zeros(J, T, device=device)
     averaged = 0
     ratio = cfg.penalty_end / cfg.penalty_start
-    bar = None
-    if show_progress(cfg.progress):
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.iterations, desc=f"allocator {s.name}", leave=False)
+    bar = progress.bar(total=cfg.iterations, desc=f"relax {s.name}", unit="step", leave=False,
+                       disable=not cfg.progress)
     last = (0.0, 0.0, 0.0, 0.0)
     for i in range(cfg.iterations):
         lam = cfg.penalty_start * ratio ** (i / max(cfg.iterations - 1, 1))
@@ -116,16 +109,14 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
         if 2 * i >= cfg.iterations:
             C_mean += C
             averaged += 1
-        if bar is not None or i == cfg.iterations - 1:
+        if not bar.disable or i == cfg.iterations - 1:
             last = (float((value_t * C).sum()), float((S - 1).clamp(min=0).sum()),
                     float((C - col_cap).clamp(min=0).sum()),
                     float((A - area_cap).clamp(min=0).sum()))
-            if bar is not None:
-                bar.set_postfix(objective=f"{last[0]:.0f}", capacity=f"{last[1]:.1f}",
-                                column=f"{last[2]:.1f}")
-                bar.update()
-    if bar is not None:
-        bar.close()
+            bar.set_postfix(objective=f"{last[0]:.0f}", capacity=f"{last[1]:.1f}",
+                            column=f"{last[2]:.1f}", refresh=False)
+            bar.update()
+    bar.close()
     return (C_mean / max(averaged, 1)).cpu().double(), last, grid.representation
 
 
@@ -219,7 +210,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     info: dict = {}
     clock = time.perf_counter()
     planned = ~fixed_jobs(s) & ~s.unplaceable
-    roundings = {}  # name -> (order, starts to try first or None)
+    roundings = {}  # name -> (builder, order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
         C, last, info["representation"] = relax(s, cfg, device, planned)
@@ -228,29 +219,41 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         for th in cfg.rounding_thresholds:
             order = relaxed_order(s, start, score, th)
             at = {j: int(start[j]) for j in range(s.J) if score[j] >= th}
-            roundings[f"relaxed@{th:g}"] = (order, None)
-            roundings[f"relaxed@{th:g}+start"] = (order, at)
+            roundings[f"serial/relaxed@{th:g}"] = ("serial", order, None)
+            roundings[f"serial/relaxed@{th:g}+start"] = ("serial", order, at)
+            roundings[f"parallel/relaxed@{th:g}"] = ("parallel", order, None)
         info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
         info["column_excess"], info["area_excess"] = last[2], last[3]
     info["relax_s"] = time.perf_counter() - clock
     if cfg.rounding in ("priority", "best") or not roundings:
-        roundings["priority"] = (priority_order(s), None)
+        roundings["serial/priority"] = ("serial", priority_order(s), None)
+        roundings["parallel/priority"] = ("parallel", priority_order(s), None)
 
     clock = time.perf_counter()
     with _cpu_threads(device, 1):
-        built = {name: build(s, order, device, cfg.demand_aware, at)
-                 for name, (order, at) in roundings.items()}
+        built = {name: build(s, order, device, cfg.demand_aware, at) if how == "serial"
+                 else build_parallel(s, order, device, cfg.demand_aware)
+                 for name, (how, order, at) in roundings.items()}
         if s.fixed is None:
             # FIFO's placement competes too, so the search never starts below the baseline.
             built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
         values = {name: sched.value() for name, sched in built.items()}
-        chosen = max(values, key=lambda name: (values[name], name.startswith("relaxed")))
+        chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
         sched = built[chosen]
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        bar = progress.bar(total=cfg.local_search_iters, desc=f"search {s.name}", unit="move",
+                           leave=False, disable=not cfg.progress)
+
+        def tick(_, value):
+            bar.set_postfix(objective=f"{value:.0f}", refresh=False)
+            bar.update()
+
         stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
-                        demand_aware=cfg.demand_aware, guide=guide)
+                        demand_aware=cfg.demand_aware, guide=guide,
+                        progress=None if bar.disable else tick)
+        bar.close()
         info["local_search"] = vars(stats)
         owner = sched.owner()
     info["local_search_s"] = time.perf_counter() - clock

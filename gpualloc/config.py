@@ -203,6 +203,8 @@ class RunConfig:
     seed: int = 0
     """Reseeds the generator and the solvers."""
     save_plans: bool = True
+    plot: bool = False
+    """Also draw the plans (gantt.png, utilization.png) into the run folder; needs matplotlib."""
     fifo: FifoConfig = field(default_factory=FifoConfig)
     solver: SolverConfig = field(default_factory=SolverConfig)
     mode: str = "offline"

@@ -8,12 +8,21 @@ from pathlib import Path
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename it over `path`."""
+    _atomic_write(path, text, "w")
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """atomic_write_text for bytes (images)."""
+    _atomic_write(path, data, "wb")
+
+
+def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -21,6 +21,7 @@ improves it:
 """
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import dataclass
@@ -238,6 +239,29 @@ class Schedule:
             options = options[0]
         return t0, int(blocks[options])
 
+    def fits_at(self, j: int, t: int, demand_aware: bool = True) -> int | None:
+        """First GPU of the best-fit block where rigid job j can start at t, or None."""
+        k, c = self.gpus[j], self.job_class[j]
+        blocks = self.blocks[c]
+        if len(blocks) == 0 or t < self.arrival[j]:
+            return None
+        ok = self._block_runs(k)[blocks, t] >= self._length(j, t)  # (B,)
+        if demand_aware and self.n_subsets:
+            short = self.slack[:, t:t + self._length(j, t)].amin(1) < k  # (U,)
+            pool_short = (self.subset_pools & short[:, None]).any(0)  # (P,)
+            ok &= ~pool_short[self.block_pool[c]]
+        options = ok.nonzero().flatten()
+        if len(options) == 0:
+            return None
+        if len(options) > 1:
+            node_free = torch.zeros(int(self.gpu_node[-1]) + 1, dtype=torch.long,
+                                    device=self.device)
+            node_free.index_add_(0, self.gpu_node, (~self.busy[:, t]).long())
+            options = options[torch.argmin(node_free[self.gpu_node[blocks[options]]])]
+        else:
+            options = options[0]
+        return int(blocks[options])
+
     def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
         """Make room for rigid job j at `start`: on the candidate block with the
         fewest busy cells over its run (no fixed cell), remove the rigid jobs
@@ -344,6 +368,69 @@ def build(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True
     return sched
 
 
+def build_parallel(s: Scenario, order: list[int], device="cpu", demand_aware: bool = True,
+                   reserve: bool = True) -> Schedule:
+    """Time-driven placement of every rigid job, in `order` at each event;
+    then elastic service (see `insert_parallel`)."""
+    sched = Schedule(s, device)
+    jobs = [j for j in range(s.J) if sched.rigid[j] and not sched.done[j]
+            and not s.unplaceable[j]]
+    insert_parallel(sched, jobs, {j: i for i, j in enumerate(order)}, 0, demand_aware, reserve)
+    sched.fill_elastic()
+    return sched
+
+
+def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t: int,
+                    demand_aware: bool = True, reserve: bool = True) -> None:
+    """Time-driven insertion from timestep t: at each event (an arrival, a
+    job's end), the waiting `jobs` in `rank` order start where they fit now;
+    with `reserve`, the first that does not fit holds its earliest later
+    start (EASY), and the jobs behind it start only around that reservation."""
+    todo = sorted(jobs, key=lambda j: (sched.arrival[j], rank[j]))
+    waiting: list[int] = []
+    ends = [sched.start[j] + sched._length(j, sched.start[j]) for j in range(sched.s.J)
+            if sched.start[j] >= 0 and sched.start[j] + sched._length(j, sched.start[j]) > t]
+    heapq.heapify(ends)
+    nxt = 0
+    while t < sched.T and (nxt < len(todo) or waiting):
+        while nxt < len(todo) and sched.arrival[todo[nxt]] <= t:
+            waiting.append(todo[nxt])
+            nxt += 1
+        waiting.sort(key=rank.__getitem__)
+        free = int((~sched.busy[:, t]).sum())
+        ghost = None
+        failed: dict[int, int] = {}  # class -> shortest run that did not fit (this state)
+        for j in list(waiting):
+            if free == 0:
+                break
+            c, length = sched.job_class[j], sched._length(j, t)
+            first = None
+            if sched.gpus[j] <= free and length < failed.get(c, 1 << 30):
+                first = sched.fits_at(j, t, demand_aware)
+                if first is None:
+                    failed[c] = length
+            if first is not None:
+                sched.place(j, t, first)
+                waiting.remove(j)
+                free -= sched.gpus[j]
+                heapq.heappush(ends, t + length)
+                failed.clear()
+            elif reserve and ghost is None:
+                spot = sched.find(j, t + 1, demand_aware)
+                if spot is not None:
+                    ghost = (j, spot[0])
+                    sched.place(j, *spot)
+                    failed.clear()
+        if ghost is not None:
+            sched.remove(ghost[0])
+        while ends and ends[0] <= t:
+            heapq.heappop(ends)
+        events = [e for e in (ends[0] if ends else None,
+                              sched.arrival[todo[nxt]] if nxt < len(todo) else None,
+                              ghost[1] if ghost else None) if e is not None and e > t]
+        t = min(events) if events else sched.T
+
+
 def adopt(s: Scenario, owner: torch.Tensor, device="cpu") -> Schedule:
     """A schedule holding the rigid placements of a feasible plan (e.g. FIFO's);
     elastic service is recomputed on what they leave free."""
@@ -443,7 +530,9 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         key = {j: -sched.priority[j] + noise * rng.random() for j in candidates}
         candidates.sort(key=lambda j: key[j])
         for j in candidates:
-            if sched.insert(j, demand_aware=demand_aware):
+            sched.insert(j, demand_aware=demand_aware)
+        for j in candidates:
+            if sched.start[j] >= 0:
                 lo = min(lo, sched.start[j])
                 hi = max(hi, sched.start[j] + sched._length(j, sched.start[j]))
         if hi > lo:

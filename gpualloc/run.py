@@ -31,6 +31,7 @@ from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
 from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.sweep import register_launchers
 
 
 class InfeasiblePlan(RuntimeError):
@@ -84,6 +85,9 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         raise ScenarioError(f"policies: unknown {', '.join(unknown)} "
                             f"(known: {', '.join(POLICIES)})")
     validate(cfg)
+    if cfg.plot:
+        from gpualloc.plots import require_matplotlib
+        require_matplotlib()  # before the work, not after it
     device = resolve_device(cfg.device)
     s = build_scenario(cfg.scenario, cfg.seed)
     if out_dir is not None:
@@ -96,6 +100,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         result["online"] = dataclasses.asdict(cfg.online)
     # FIFO is the yardstick of every gain, so it runs first (and always).
     names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
+    owners = {}
     for name in names:
         start = time.perf_counter()
         plan = run_policy(name, s, cfg, device)
@@ -107,6 +112,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         row["wall_s"] = wall
         row["info"] = plan.info
         result["policies"][name] = row
+        owners[name] = plan.owner
         if out_dir is not None and cfg.save_plans:
             save_plan(out_dir / f"plan_{name}.json", s, name, plan.owner)
     fifo = result["policies"]["fifo"]
@@ -116,6 +122,10 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         del result["policies"]["fifo"]
     if out_dir is not None:
         atomic_write_text(out_dir / "metrics.json", json.dumps(result, indent=1))
+        if cfg.plot:
+            from gpualloc.plots import plot_run
+            plot_run(out_dir, s, {p: owners[p] for p in result["policies"]},
+                     f"{s.name}, seed {cfg.seed}")
     return result
 
 
@@ -137,6 +147,7 @@ def _overrides() -> list[str]:
 
 
 register_configs()
+register_launchers()
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")

@@ -177,10 +177,11 @@ def test_mutated_plans_rejected(s, mutation, data):
         g = data.draw(st.sampled_from((o[:, start] == j).nonzero().flatten().tolist()))
         o[g, start] = -1
     elif mutation == "cell_moved":
-        # The last cell of a run moved one step later on the same GPU.
+        # The last cell of a run moved one step later on the same GPU (a run of
+        # one step moved so is just a later start, still feasible).
         jobs = []
         for j in range(s.J):
-            if s.jobs[j].rigid and (o == j).any():
+            if s.jobs[j].rigid and s.jobs[j].duration >= 2 and (o == j).any():
                 ts = (o == j).any(0).nonzero().flatten()
                 end = int(ts[-1]) + 1
                 g = int((o[:, end - 1] == j).nonzero()[0])
