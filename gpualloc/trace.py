@@ -191,7 +191,8 @@ def convert(records: list[Record], window: Window, pools: list[Pool], name: str,
         # Rigid: what it runs (or, never ran, how long it waited).
         run = r.until - (r.start if r.start is not None else r.submit)
         if elastic:
-            inside = r.until > window.start and r.submit < window.end and r.until > r.submit
+            # Wanted during the window (a zero-length want inside it counts, as nothing).
+            inside = r.submit < window.end and (r.until > window.start or r.submit >= window.start)
         elif r.submit >= window.end:
             inside = False
         elif r.submit >= window.start:
