@@ -1,7 +1,7 @@
 """Online (rolling-horizon) planning: the plan a policy makes when it learns
 about jobs only as they arrive and about real-time demand only as it happens.
 
-    python -m gpualloc.run +scenario=mixed policies=[fifo,greedy] mode=online \\
+    python -m gpualloc.run +scenario=mixed policies=[fifo,allocator] mode=online \\
         online.forecast=last_day online.replan_every=1
 
 Every `replan_every` timesteps, at the decision time `tau`, the policy (any
