@@ -21,6 +21,18 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     return fifo(s, cfg.fifo, device)
 
 
+def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.greedy import greedy
+    return greedy(s, cfg.greedy, device)
+
+
+def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.exact import exact
+    return exact(s, cfg.exact, device, seed=cfg.seed)
+
+
 POLICIES: dict[str, Policy] = {
     "fifo": _fifo,
+    "greedy": _greedy,
+    "exact": _exact,
 }
