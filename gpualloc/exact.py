@@ -106,6 +106,18 @@ def build_model(s: Scenario) -> Model:
                  constant=weighted_throughput(s, fixed) if s.fixed is not None else 0.0)
 
 
+def model_size(s: Scenario) -> int:
+    """Variables of the model without fixed cells (an upper bound with them),
+    counted without building it."""
+    n = 0
+    for j, job in enumerate(s.jobs):
+        if s.unplaceable[j]:
+            continue
+        steps = s.T - job.arrival if job.rigid else int((s.demand[j] > 0).sum())
+        n += len(s.blocks(j)) * steps
+    return n
+
+
 def _cells(m: Model, T: int) -> tuple[np.ndarray, np.ndarray]:
     """COO of the capacity rows: (cell index g * T + t, variable index)."""
     area = m.k * (m.t1 - m.t0)
@@ -132,18 +144,23 @@ def _groups(keys: np.ndarray, var: np.ndarray):
 def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | str = "cpu",
           seed: int = 0) -> Plan:
     """The CP-SAT plan maximizing weighted throughput. info: objective,
-    best_bound, optimal (proven), status, solve_s, variables, and lp_bound."""
+    best_bound, optimal (proven), status, build_s, solve_s, variables,
+    trajectory (each improving solution: seconds into the solve, objective;
+    the first one is usually greedy's hint), and lp_bound."""
     from ortools.sat.python import cp_model
 
     cfg = cfg or ExactConfig()
     start = time.perf_counter()
     # Data.
-    m = build_model(s)
-    if m.size > cfg.max_variables:
+    size = model_size(s)
+    if size > cfg.max_variables and s.fixed is not None:
+        size = build_model(s).size  # fixed cells remove candidates: count them exactly
+    if size > cfg.max_variables:
         raise ExactTooLarge(
-            f"exact: scenario {s.name!r} needs {m.size:,} CP-SAT variables, above "
+            f"exact: scenario {s.name!r} needs {size:,} CP-SAT variables, above "
             f"exact.max_variables={cfg.max_variables:,} (raise it, or use the LP bound "
             f"gpualloc.exact.lp_bound for scenarios this large)")
+    m = build_model(s)
     info: dict = {"variables": m.size}
 
     # Variables: one Boolean per candidate.
@@ -185,9 +202,15 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
     if cfg.workers > 0:
         solver.parameters.num_workers = cfg.workers
     built = time.perf_counter()
-    status = solver.solve(model)
+    trajectory: list[tuple[float, float]] = []  # (seconds into the solve, objective)
+
+    class _Incumbents(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self) -> None:
+            trajectory.append((time.perf_counter() - built, m.constant + self.objective_value))
+
+    status = solver.solve(model, _Incumbents())
     info.update(status=solver.status_name(status), build_s=built - start,
-                solve_s=time.perf_counter() - built)
+                solve_s=time.perf_counter() - built, trajectory=trajectory)
     if status == cp_model.MODEL_INVALID:
         raise RuntimeError(f"exact: CP-SAT rejected the model: {model.validate()}")
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

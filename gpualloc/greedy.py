@@ -13,8 +13,10 @@ At each timestep t:
 - Displacement (GreedyConfig.displace): a job the elastic demand would keep
   waiting may still take such a block when its value minus the
   priority-weighted elastic service it displaces beats its value at its
-  earliest demand-safe start (0 when there is none). Without it, a job as
-  large as the cluster never runs beside a service that always wants a replica.
+  earliest demand-safe start (0 when there is none). When the other waiting
+  jobs could fill the free GPUs anyway, only a job with no demand-safe start
+  at all displaces. Without displacement, a job as large as the cluster never
+  runs beside a service that always wants a replica.
 - EASY backfilling: the first job that cannot start reserves the earliest
   (time, block) at which it could; later jobs start only if they do not
   overlap that reservation (which the footprint also avoids).
@@ -132,11 +134,15 @@ class _Greedy:
             qk = torch.tensor([self.gpus[j] for j in self.queue], dtype=torch.long, device=device)
             self.pair_k = qk[self.pair_job]
             self.q_duration = s.duration[self.queue].to(device)
+        self.el_gpus = torch.tensor([self.gpus[e] for e in self.elastic], dtype=torch.long,
+                                    device=device)  # (E,)
+        self.min_el_priority = min((s.jobs[e].priority for e in self.elastic), default=0.0)
         self.fp = torch.zeros_like(self.busy)  # (G, T) bool elastic footprint from t on
         self.fp_served = torch.zeros(len(self.elastic), T, dtype=torch.long, device=device)
         self.dirty = (0, T)  # columns whose footprint is stale (lo, hi)
         self.P = self.P_hard = None
         self.repack_checks = 0
+        self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- elastic footprint ------------------------------------------------------
     def pack(self, free: torch.Tensor, need: torch.Tensor):
@@ -172,6 +178,8 @@ class _Greedy:
             self.fp_served[:, lo:hi] = served
         self.P = prefix2d(self.busy | self.res | self.fp)  # what a new rigid job must avoid
         self.P_hard = prefix2d(self.busy | self.res)  # ignoring the elastic footprint
+        self.free_count = self.s.G - (self.P_hard[-1, 1:] - self.P_hard[-1, :-1])  # (T,)
+        self.el_used = (self.fp_served * self.el_gpus[:, None]).sum(0)  # (T,) GPUs elastic holds
         self.dirty = (self.s.T, 0)
 
     # ---- rigid jobs -------------------------------------------------------------
@@ -260,6 +268,15 @@ class _Greedy:
         hard = window_sum(self.P_hard, b, b + k, t, end) == 0
         if not hard.any():
             return None
+        # A lower bound on the loss first: at each step the elastic GPUs in use
+        # must fit in the free GPUs minus this job's; any excess is lost, at
+        # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
+        excess = (self.el_used[t:end] - (self.free_count[t:end] - k)).clamp(min=0).sum()
+        if excess > 0:
+            if not self.cfg.displace:
+                return None
+            if self.value(j, t) - self.min_el_priority * float(excess) <= later + 1e-9:
+                return None
         cand = b[hard]
         key = self.fit_key(j, cand, t, ~(self.busy | self.res)[:, t], want_cs)
         cand = cand[key.argsort()[: self.cfg.repack_blocks]]  # (C,) best fit first
@@ -278,8 +295,14 @@ class _Greedy:
         return self.wait_value(j, None if e is None else e[0])
 
     def wait_value(self, j: int, t_safe: int | None) -> float:
+        """The value displacing must beat: j's value at its earliest demand-safe
+        start; 0 when it has none. When the other waiting jobs could fill the
+        free GPUs anyway, the GPUs j leaves would not idle: only a job with no
+        demand-safe start displaces then (infinite bar otherwise)."""
         if t_safe is None:
             return 0.0
+        if self.waiting_gpus - self.gpus[j] >= self.free_now:
+            return float("inf")
         return self.value(j, t_safe)
 
     def try_start(self, j: int, t: int, want_cs: torch.Tensor, allow_repack: bool) -> bool:
@@ -338,6 +361,8 @@ class _Greedy:
     def schedule_rigid(self, t: int) -> None:
         s = self.s
         waiting = [j for j in self.queue if s.jobs[j].arrival <= t]
+        self.waiting_gpus = sum(self.gpus[j] for j in waiting)  # GPUs the queue asks for
+        self.free_now = int((~self.busy[:, t]).sum())  # GPUs no rigid or fixed cell holds
         if not waiting:
             return
         cols = self.res.any(0).nonzero()
