@@ -65,6 +65,9 @@ def prefix2d(mask: torch.Tensor) -> torch.Tensor:
 
 def window_sum(P: torch.Tensor, g0, g1, t0, t1) -> torch.Tensor:
     """Busy cells in [g0, g1) x [t0, t1) from the prefix P, elementwise over tensors."""
+    if isinstance(t0, int) and isinstance(t1, int):
+        col = P[:, t1] - P[:, t0]  # (G + 1,) busy cells per GPU prefix; index_select is cheap
+        return col.index_select(0, g1) - col.index_select(0, g0)
     return P[g1, t1] - P[g0, t1] - P[g1, t0] + P[g0, t0]
 
 
@@ -194,7 +197,8 @@ class _Greedy:
                 want_cs: torch.Tensor) -> torch.Tensor:
         """(B,) int64 best-fit key of blocks b of job j (lower is better): GPUs
         the fewest waiting jobs want, node left with the fewest free GPUs,
-        shortest free run, lowest index. free_t: (G,) bool free at t."""
+        shortest run of whole free nodes, shortest free run, lowest index.
+        free_t: (G,) bool free at t."""
         G, k = self.s.G, self.gpus[j]
         node_free = torch.zeros(self.n_nodes, dtype=torch.long, device=self.dev)
         node_free.index_add_(0, self.gpu_node, free_t.long())
@@ -256,12 +260,13 @@ class _Greedy:
         i = int(when[0, 0])
         return int(t0[i]), ok[:, i]
 
-    def displacing(self, j: int, t: int, want_cs: torch.Tensor, later: float):
+    def displacing(self, j: int, t: int, want_cs: torch.Tensor, later):
         """Best block to start j at t on, among the free blocks that overlap the
         elastic footprint: a block where the elastic demand re-packs without
         loss, else (displace) the one with the highest value net of the
-        displaced elastic service, if that beats `later` (what waiting for a
-        demand-safe start would give). Returns the block or None."""
+        displaced elastic service, if that beats later() (what waiting for a
+        demand-safe start would give; computed only when needed). Returns the
+        block or None."""
         s, k = self.s, self.gpus[j]
         b = self.blocks[j]
         end = min(t + int(s.duration[j]), s.T)
@@ -275,7 +280,8 @@ class _Greedy:
         if excess > 0:
             if not self.cfg.displace:
                 return None
-            if self.value(j, t) - self.min_el_priority * float(excess) <= later + 1e-9:
+            bar = self.value(j, t) - self.min_el_priority * float(excess)
+            if bar <= 1e-9 or bar <= later() + 1e-9:
                 return None
         cand = b[hard]
         key = self.fit_key(j, cand, t, ~(self.busy | self.res)[:, t], want_cs)
@@ -287,7 +293,7 @@ class _Greedy:
             return None
         net = self.value(j, t) - loss  # (C,)
         i = int(net.argmax())
-        return int(cand[i]) if float(net[i]) > later + 1e-9 else None
+        return int(cand[i]) if float(net[i]) > 1e-9 and float(net[i]) > later() + 1e-9 else None
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
@@ -323,8 +329,7 @@ class _Greedy:
         # without it (and weigh what it would displace).
         if not bool((window_sum(self.P_hard, b, b + k, t, end) == 0).any()):
             return False
-        later = self.later_value(j, t) if self.cfg.displace else 0.0
-        g = self.displacing(j, t, want_cs, later)
+        g = self.displacing(j, t, want_cs, lambda: self.later_value(j, t))
         if g is None:
             return False
         self.start(j, g, t)
@@ -342,7 +347,7 @@ class _Greedy:
             tr = hard[0]
             later = self.wait_value(j, None if safe is None else safe[0])
             # displacing() looks at t = tr: its clear blocks come from P_hard.
-            g = self.displacing(j, tr, want_cs, later)
+            g = self.displacing(j, tr, want_cs, lambda: later)
             if g is not None:
                 return self._hold(j, g, tr)
         if safe is None:
@@ -374,16 +379,19 @@ class _Greedy:
         # Which jobs have a footprint-free block now: every pair at once.
         qpos = {j: i for i, j in enumerate(self.queue)}
         end = (t + self.q_duration[self.pair_job]).clamp(max=s.T)  # (pairs,)
-        pair_ok = window_sum(self.P, self.pair_start, self.pair_start + self.pair_k, t, end) == 0
-        job_ok = torch.zeros(len(self.queue), dtype=torch.long, device=self.dev)
-        job_ok.index_add_(0, self.pair_job, pair_ok.long())
-        maybe = (job_ok > 0).tolist()
+        g0, g1 = self.pair_start, self.pair_start + self.pair_k
+        pair_ok = torch.stack([window_sum(self.P, g0, g1, t, end) == 0,  # beside the footprint
+                               window_sum(self.P_hard, g0, g1, t, end) == 0])  # (2, pairs)
+        job_ok = torch.zeros(2, len(self.queue), dtype=torch.long, device=self.dev)
+        job_ok.index_add_(1, self.pair_job, pair_ok.long())
+        maybe, maybe_hard = (job_ok > 0).tolist()
         reserved = not self.cfg.reservation
         repacks_before = self.repack_checks
         started = []
         for j in waiting:
             ok = maybe[qpos[j]] and self.try_start(j, t, want_cs, allow_repack=False)
-            if not ok and self.repack_checks - repacks_before < self.cfg.repack_jobs:
+            if (not ok and maybe_hard[qpos[j]]
+                    and self.repack_checks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
             if ok:
                 started.append(j)

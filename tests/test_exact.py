@@ -6,7 +6,9 @@ pytest.importorskip("ortools")
 pytest.importorskip("highspy")
 
 from gpualloc.check import check  # noqa: E402
-from gpualloc.config import ExactConfig  # noqa: E402
+from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  # noqa: E402
+                             RealtimeWorkloadConfig, RigidWorkloadConfig)
+from gpualloc.generate import generate  # noqa: E402
 from gpualloc.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
                             lp_relaxation)
 from gpualloc.fifo import fifo  # noqa: E402
@@ -131,6 +133,28 @@ def test_oracles_on_random_scenarios(s):
         for other in (fifo(s).owner, greedy(s).owner):
             assert info["objective"] >= weighted_throughput(s, other) - 1e-6
         assert lp >= info["objective"] - 1e-6 * max(1.0, lp)
+
+
+def small_generated(seed):
+    # The shape of bench/quality.py's SMALL: two 4-GPU nodes, 16 steps, 11 jobs.
+    cfg = GeneratedScenarioConfig(
+        name="small", horizon=16, pools=[PoolConfig("h100", 2, 4, "H100", 80.0)],
+        training=RigidWorkloadConfig(count=2, gpus=[1, 2, 4, 8], priority=[3, 8],
+                                     duration_median_hours=6.0),
+        batch_inference=RigidWorkloadConfig(count=5, gpus=[1, 2, 4], duration_median_hours=3.0),
+        quantization=RigidWorkloadConfig(count=3, gpus=[1, 2, 4], duration_median_hours=2.0),
+        realtime_inference=RealtimeWorkloadConfig(services=1, gpus=[1, 2], peak_replicas=[2, 4]))
+    return generate(cfg, seed)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4])
+def test_oracles_on_generated_small(seed):
+    s = small_generated(seed)
+    info = solve(s).info
+    assert info["optimal"]
+    f, g = weighted_throughput(s, fifo(s).owner), weighted_throughput(s, greedy(s).owner)
+    assert info["lp_bound"] >= info["objective"] - 1e-6 >= g - 2e-6
+    assert g >= f  # on these, greedy beats the baseline
 
 
 @settings(max_examples=8)

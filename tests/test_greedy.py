@@ -218,9 +218,8 @@ def test_greedy_keeps_fixed_cells(s):
 
 
 @given(scenarios(max_jobs=6))
-def test_greedy_not_worse_than_nothing_and_serves_elastic_first(s):
-    # Cheap sanity oracle: greedy never returns an empty plan when a job could
-    # run at its arrival on an idle cluster.
+def test_greedy_runs_something_when_fifo_does(s):
+    # Cheap oracle: where FIFO does useful work, greedy does too.
     o = run(s)
     if weighted_throughput(s, fifo(s).owner) > 0:
         assert weighted_throughput(s, o) > 0
