@@ -14,7 +14,8 @@ best bound there is, on the seven benchmark scenarios and on random small ones.
   reach each policy's objective on small ones (hinted with greedy's plan
   unless --no-hint, so "to match greedy" is near 0 by construction).
 
-Writes bench/results/quality{,_quick}.{json,md} with the machine and the commit.
+Writes bench/results/quality[_quick][_small|_seven][_nohint].{json,md} with the
+machine and the commit.
 """
 from __future__ import annotations
 
@@ -355,7 +356,8 @@ def main(argv=None) -> int:
     result["summary"] = summarize(result["small"], result["seven"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "quality_quick" if args.quick else "quality"
+    stem = "quality" + "".join(f"_{part}" for part, on in (
+        ("quick", args.quick), (args.only, args.only), ("nohint", args.no_hint)) if on)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     (out / f"{stem}.md").write_text(markdown(result))
     print_summary(result)
