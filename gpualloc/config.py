@@ -146,7 +146,10 @@ class SolverConfig:
     """Share of a job's mass in its best window above which the relaxation
     counts it as run; one rounding per value."""
     local_search_iters: int = 200
-    """Ruin-and-recreate iterations after repair (0: none)."""
+    """Local-search moves after repair, at most (0: none)."""
+    local_search_patience: int = 40
+    """Stop the local search after this many moves in a row without a strict
+    improvement (0: never); a count, not a clock, so runs stay repeatable."""
     ruin_window: list[int] = field(default_factory=lambda: [4, 48])
     """Range of the time window a ruin move empties, in timesteps."""
     demand_aware: bool = True

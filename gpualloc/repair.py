@@ -314,14 +314,17 @@ class Schedule:
             if not ok.any():
                 if not displace:
                     return None, False
-                later = self.find(j, t + 1, demand_aware, displace=False)
-                base = self.priority[j] * k * self._length(j, later[0]) if later else 0.0
                 net = self.priority[j] * k * length - self._displaced(k, self.duration[j])[
                     self.block_pool[c], t]  # (B,)
                 net = torch.where(free, net, torch.tensor(-1.0, dtype=torch.float64,
                                                           device=self.device))
                 best = float(net.max())
-                if best <= base + 1e-9:
+                if best <= 1e-9:
+                    return None, False
+                # Worth it only against the job's value at its earliest safe start.
+                later = self.find(j, t + 1, demand_aware, displace=False)
+                if later is not None and best <= self.priority[j] * k * self._length(
+                        j, later[0]) + 1e-9:
                     return None, False
                 ok = net >= best - 1e-9
         return self._best_fit(blocks, ok.nonzero().flatten(), t), False
@@ -531,7 +534,8 @@ class SearchStats:
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
-            guide: tuple[list[float], list[int]] | None = None, progress=None) -> SearchStats:
+            guide: tuple[list[float], list[int]] | None = None, patience: int = 0,
+            progress=None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
@@ -542,14 +546,20 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
       (per job: the share of it the relaxation ran, its relaxed start), jobs
       it ran are picked more often, half the time at their relaxed start.
     Then every removed and waiting job goes back, earliest fit, in priority
-    order perturbed by noise. A move that lowers the objective is undone."""
+    order perturbed by noise. A move that lowers the objective is undone.
+    With `patience`, the search stops after that many moves in a row without
+    a strict improvement."""
     rng = random.Random(seed)
     s, T = sched.s, sched.T
     stats = SearchStats(start_value=sched.value())
     best = stats.start_value
     n_nodes = len(s.node_first_gpu)
     node_of = sched.gpu_node.tolist()
+    stale = 0
     for it in range(iterations):
+        if patience and stale >= patience:
+            break
+        stale += 1
         snap = sched.snapshot()
         lo, hi = T, 0
         removed: list[int] = []
@@ -607,6 +617,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             stats.accepted += 1
             if value > best + 1e-9:
                 stats.improved += 1
+                stale = 0
             best = value
         else:
             sched.restore(snap)
