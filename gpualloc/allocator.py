@@ -252,6 +252,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
 
         stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
                         demand_aware=cfg.demand_aware, guide=guide,
+                        patience=cfg.local_search_patience,
                         progress=None if bar.disable else tick)
         bar.close()
         info["local_search"] = vars(stats)

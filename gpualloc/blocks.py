@@ -29,7 +29,7 @@ def cover(starts: torch.Tensor, k: int) -> torch.Tensor:
     """(G, T) bool of block starts -> (G, T) bool of the GPUs those blocks hold."""
     c = prefix(starts)
     lo = (torch.arange(starts.shape[0], device=starts.device) + 1 - k).clamp(min=0)
-    return c[1:] - c[lo] > 0
+    return c[1:] - c.index_select(0, lo) > 0  # index_select: far cheaper than c[lo] on CPU
 
 
 def _run_positions(free: torch.Tensor, first: torch.Tensor, last: torch.Tensor):

@@ -26,7 +26,19 @@ def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     return allocator(s, cfg.solver, device)
 
 
+def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.greedy import greedy
+    return greedy(s, cfg.greedy, device)
+
+
+def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.exact import exact
+    return exact(s, cfg.exact, device, seed=cfg.seed)
+
+
 POLICIES: dict[str, Policy] = {
     "fifo": _fifo,
     "allocator": _allocator,
+    "greedy": _greedy,
+    "exact": _exact,
 }

@@ -146,14 +146,18 @@ class Schedule:
         if not subsets:
             self.subset_pools = torch.zeros(0, P, dtype=torch.bool, device=dev)
             self.slack = torch.zeros(0, self.T, dtype=torch.long, device=dev)
+            self.subset_priority = torch.zeros(0, dtype=torch.float64, device=dev)
         else:
             sp = torch.tensor(subsets, dtype=torch.bool, device=dev)  # (U, P)
             self.subset_pools = sp
             pc = s.pool_compat.to(dev)
             need = torch.zeros(len(subsets), self.T, dtype=torch.long, device=dev)
+            self.subset_priority = torch.zeros(len(subsets), dtype=torch.float64, device=dev)
             for j in self.elastic:
                 inside = (~pc[j][None, :] | sp).all(1)  # job's pools within the subset
                 need[inside] += demand[j] * self.gpus[j]
+                self.subset_priority[inside] = self.subset_priority[inside].clamp(
+                    min=self.priority[j])
             gpu_in = sp[:, self.gpu_pool]  # (U, G)
             free = (gpu_in.long() @ (~self.busy).long())  # (U, T)
             self.slack = free - need
@@ -195,13 +199,35 @@ class Schedule:
             nxt = torch.flip(torch.cummin(torch.flip(nxt, [1]), 1).values, [1])
             self._runs = {1: nxt - self.t}
             self._short = {}
+            self._cost = {}
             self._failed = {}
         if k not in self._runs:
             self._runs[k] = _row_min(self._runs[1], k)
         return self._runs[k]
 
-    def find(self, j: int, not_before: int = 0, demand_aware: bool = True):
-        """Earliest feasible (start, first GPU) for rigid job j, or None."""
+    def _displaced(self, k: int, d: int) -> torch.Tensor:
+        """(P, T): priority-weighted elastic GPU-steps a k-GPU run of d steps
+        starting at t in pool p would take from the known elastic demand."""
+        if (k, d) not in self._cost:
+            lack = (k - self.slack.clamp(min=0)).clamp(min=0, max=k).double()  # (U, T)
+            cs = torch.zeros(self.n_subsets, self.T + 1, dtype=torch.float64, device=self.device)
+            cs[:, 1:] = torch.cumsum(lack, 1)
+            end = torch.clamp(self.t + d, max=self.T)
+            window = (cs[:, end] - cs[:, :-1]) * self.subset_priority[:, None]  # (U, T)
+            self._cost[k, d] = torch.where(self.subset_pools[:, :, None], window[:, None, :],
+                                           torch.zeros((), dtype=torch.float64,
+                                                       device=self.device)).amax(0)
+        return self._cost[k, d]
+
+    def find(self, j: int, not_before: int = 0, demand_aware: bool = True,
+             displace: bool = True):
+        """Earliest feasible (start, first GPU) for rigid job j, or None.
+
+        With `demand_aware`, a start must leave the known elastic demand room
+        over the whole run. With `displace` too, a start that takes GPUs the
+        demand wants is allowed when the job's value there, minus the
+        priority-weighted elastic service it displaces, beats its value at
+        its earliest start that displaces nothing (0 when there is none)."""
         k, d, c = self.gpus[j], self.duration[j], self.job_class[j]
         blocks = self.blocks[c]
         if len(blocks) == 0:
@@ -217,50 +243,91 @@ class Schedule:
         need = torch.clamp(T - self.t, max=d)  # (T,) steps a start at t must hold
         fit = run_k >= need
         fit[:, :after] = False
+        free_fit = fit
         if demand_aware and self.n_subsets:
             if (k, d) not in self._short:
                 short = _window_min(self.slack, d, fill=1 << 30) < k  # (U, T)
                 self._short[k, d] = (self.subset_pools[:, :, None] & short[:, None, :]).any(0)
-            fit &= ~self._short[k, d][self.block_pool[c]]  # (P, T) -> (B, T)
+            fit = fit & ~self._short[k, d][self.block_pool[c]]  # (P, T) -> (B, T)
         cols = fit.any(0).nonzero()
-        if len(cols) == 0:
-            self._failed.setdefault(key, []).append((after, d))
+        t0 = int(cols[0]) if len(cols) else T
+        if demand_aware and displace and self.n_subsets:
+            spot = self._displacing(j, free_fit, t0)
+            if spot is not None:
+                return spot
+        if t0 == T:
+            if not free_fit.any():  # no free block at all: holds for longer jobs too
+                self._failed.setdefault(key, []).append((after, d))
             return None
-        t0 = int(cols[0])
-        options = fit[:, t0].nonzero().flatten()
+        return t0, self._best_fit(blocks, fit[:, t0].nonzero().flatten(), t0)
+
+    def _displacing(self, j: int, free_fit: torch.Tensor, t_safe: int):
+        """The best start before t_safe that displaces elastic demand, when it
+        is worth more than starting at t_safe (see `find`)."""
+        k, d, c = self.gpus[j], self.duration[j], self.job_class[j]
+        early = free_fit[:, :t_safe]  # (B, t_safe)
+        if not early.any():
+            return None
+        value = self.priority[j] * k * torch.clamp(self.T - self.t, max=d).double()  # (T,)
+        base = float(value[t_safe]) if t_safe < self.T else 0.0
+        cost = self._displaced(k, d)[self.block_pool[c]][:, :t_safe]  # (B, t_safe)
+        net = torch.where(early, value[None, :t_safe] - cost, torch.tensor(-1.0, dtype=torch.float64,
+                                                                          device=self.device))
+        best = float(net.max())
+        if best <= base + 1e-9:
+            return None
+        hit = (net >= best - 1e-9).any(0).nonzero()
+        t0 = int(hit[0])
+        blocks = self.blocks[c]
+        return t0, self._best_fit(blocks, (net[:, t0] >= best - 1e-9).nonzero().flatten(), t0)
+
+    def _best_fit(self, blocks: torch.Tensor, options: torch.Tensor, t0: int) -> int:
+        """First GPU of the option whose node keeps the fewest free GPUs at t0."""
         if len(options) > 1:
-            # Best fit: the block whose node keeps the fewest free GPUs.
             node_free = torch.zeros(int(self.gpu_node[-1]) + 1, dtype=torch.long,
                                     device=self.device)
             node_free.index_add_(0, self.gpu_node, (~self.busy[:, t0]).long())
-            firsts = blocks[options]
-            options = options[torch.argmin(node_free[self.gpu_node[firsts]])]
-        else:
-            options = options[0]
-        return t0, int(blocks[options])
-
-    def fits_at(self, j: int, t: int, demand_aware: bool = True) -> int | None:
-        """First GPU of the best-fit block where rigid job j can start at t, or None."""
-        k, c = self.gpus[j], self.job_class[j]
-        blocks = self.blocks[c]
-        if len(blocks) == 0 or t < self.arrival[j]:
-            return None
-        ok = self._block_runs(k)[blocks, t] >= self._length(j, t)  # (B,)
-        if demand_aware and self.n_subsets:
-            short = self.slack[:, t:t + self._length(j, t)].amin(1) < k  # (U,)
-            pool_short = (self.subset_pools & short[:, None]).any(0)  # (P,)
-            ok &= ~pool_short[self.block_pool[c]]
-        options = ok.nonzero().flatten()
-        if len(options) == 0:
-            return None
-        if len(options) > 1:
-            node_free = torch.zeros(int(self.gpu_node[-1]) + 1, dtype=torch.long,
-                                    device=self.device)
-            node_free.index_add_(0, self.gpu_node, (~self.busy[:, t]).long())
             options = options[torch.argmin(node_free[self.gpu_node[blocks[options]]])]
         else:
             options = options[0]
         return int(blocks[options])
+
+
+    def fits_at(self, j: int, t: int, demand_aware: bool = True,
+                displace: bool = True) -> tuple[int | None, bool]:
+        """(first GPU of the best-fit block where rigid job j can start at t, or
+        None; whether no block is free at all then). Demand-awareness and
+        displacement as in `find`."""
+        k, c = self.gpus[j], self.job_class[j]
+        blocks = self.blocks[c]
+        if len(blocks) == 0 or t < self.arrival[j]:
+            return None, True
+        length = self._length(j, t)
+        free = self._block_runs(k)[blocks, t] >= length  # (B,)
+        if not free.any():
+            return None, True
+        ok = free
+        if demand_aware and self.n_subsets:
+            short = self.slack[:, t:t + length].amin(1) < k  # (U,)
+            pool_short = (self.subset_pools & short[:, None]).any(0)  # (P,)
+            ok = free & ~pool_short[self.block_pool[c]]
+            if not ok.any():
+                if not displace:
+                    return None, False
+                net = self.priority[j] * k * length - self._displaced(k, self.duration[j])[
+                    self.block_pool[c], t]  # (B,)
+                net = torch.where(free, net, torch.tensor(-1.0, dtype=torch.float64,
+                                                          device=self.device))
+                best = float(net.max())
+                if best <= 1e-9:
+                    return None, False
+                # Worth it only against the job's value at its earliest safe start.
+                later = self.find(j, t + 1, demand_aware, displace=False)
+                if later is not None and best <= self.priority[j] * k * self._length(
+                        j, later[0]) + 1e-9:
+                    return None, False
+                ok = net >= best - 1e-9
+        return self._best_fit(blocks, ok.nonzero().flatten(), t), False
 
     def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
         """Make room for rigid job j at `start`: on the candidate block with the
@@ -406,8 +473,8 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
             c, length = sched.job_class[j], sched._length(j, t)
             first = None
             if sched.gpus[j] <= free and length < failed.get(c, 1 << 30):
-                first = sched.fits_at(j, t, demand_aware)
-                if first is None:
+                first, hard = sched.fits_at(j, t, demand_aware)
+                if first is None and hard:
                     failed[c] = length
             if first is not None:
                 sched.place(j, t, first)
@@ -467,7 +534,8 @@ class SearchStats:
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
-            guide: tuple[list[float], list[int]] | None = None, progress=None) -> SearchStats:
+            guide: tuple[list[float], list[int]] | None = None, patience: int = 0,
+            progress=None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
@@ -478,14 +546,20 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
       (per job: the share of it the relaxation ran, its relaxed start), jobs
       it ran are picked more often, half the time at their relaxed start.
     Then every removed and waiting job goes back, earliest fit, in priority
-    order perturbed by noise. A move that lowers the objective is undone."""
+    order perturbed by noise. A move that lowers the objective is undone.
+    With `patience`, the search stops after that many moves in a row without
+    a strict improvement."""
     rng = random.Random(seed)
     s, T = sched.s, sched.T
     stats = SearchStats(start_value=sched.value())
     best = stats.start_value
     n_nodes = len(s.node_first_gpu)
     node_of = sched.gpu_node.tolist()
+    stale = 0
     for it in range(iterations):
+        if patience and stale >= patience:
+            break
+        stale += 1
         snap = sched.snapshot()
         lo, hi = T, 0
         removed: list[int] = []
@@ -543,6 +617,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             stats.accepted += 1
             if value > best + 1e-9:
                 stats.improved += 1
+                stale = 0
             best = value
         else:
             sched.restore(snap)
