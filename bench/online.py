@@ -36,6 +36,7 @@ from gpualloc.metrics import gains, metrics
 from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, online, run_policy
 from gpualloc.policies import POLICIES
 from gpualloc.run import build_scenario
+from gpualloc.scenario import ScenarioError
 
 SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
          "heterogeneous", "low_contention"]
@@ -114,7 +115,14 @@ def bench(args) -> dict:
                     c.online.forecast = forecast
                     c.online.replan_every = args.replan_every
                 start = time.perf_counter()
-                plan = plan_with(name, extra.get(name), s, c, device)
+                try:
+                    plan = plan_with(name, extra.get(name), s, c, device)
+                except ScenarioError as e:  # e.g. exact above its size limit
+                    rows.append({"scenario": scenario, "seed": seed, "policy": name,
+                                 "mode": mode, "forecast": forecast, "refused": str(e)})
+                    print(f"{scenario:18s} seed {seed} {name:12s} {mode:7s} {forecast or '':8s} "
+                          f"refused: {e}", file=sys.stderr)
+                    continue
                 wall = time.perf_counter() - start
                 verdict = check(s, plan.owner)
                 if not verdict.ok:
@@ -180,9 +188,11 @@ def markdown(result: dict) -> str:
             for key, fmt in (("weighted_throughput_pct", "{:+.1f}%"),
                              ("utilization_points", "{:+.1f}")):
                 for mode, f in cols:
-                    v = _mean([r[key] for r in pick if r["mode"] == mode and r["forecast"] == f])
-                    cells.append("-" if v is None else fmt.format(v))
-            wall = _mean([r["wall_s"] for r in pick if r["mode"] == "online"])
+                    same = [r for r in pick if r["mode"] == mode and r["forecast"] == f]
+                    v = _mean([r.get(key) for r in same])
+                    cells.append("refused" if same and all("refused" in r for r in same)
+                                 else "-" if v is None else fmt.format(v))
+            wall = _mean([r.get("wall_s") for r in pick if r["mode"] == "online"])
             cells.append("-" if wall is None else f"{wall:.1f}")
             lines.append("| " + " | ".join(cells) + " |")
     if not result["policies"]:
