@@ -1,7 +1,7 @@
 """FIFO against the allocator on the seven benchmark scenarios, several seeds.
 
-    python bench/allocator.py                 # seeds 0-2, writes bench/results/allocator.{md,json}
-    python bench/allocator.py --seeds 1 --quick
+    python -m bench.allocator                 # seeds 0-2, writes bench/results/allocator.{md,json}
+    python -m bench.allocator --seeds 1 --quick
 
 Every plan goes through the checker. Gains are against FIFO in the same run;
 the published comparison (+33 utilization points at best, +105% weighted

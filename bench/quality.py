@@ -173,6 +173,17 @@ def summarize(small: list[dict], seven: list[dict]) -> dict:
             ahead = [r["policies"]["allocator"]["objective"] > r["policies"]["greedy"]["objective"]
                      + 1e-9 for r in small]
             out["small_allocator_above_greedy"] = sum(ahead) / len(ahead)
+            level = [r["policies"]["allocator"]["objective"] >= r["policies"]["greedy"]["objective"]
+                     - 1e-9 for r in small]
+            out["small_allocator_at_least_greedy"] = sum(level) / len(level)
+            # The allocator's wall time over CP-SAT's time to reach the same objective
+            # (None where CP-SAT never reached it within its limit).
+            ratios = [r["policies"]["allocator"]["wall_s"] / r["policies"]["allocator"]["cpsat_s_to_match"]
+                      for r in small if r["policies"]["allocator"].get("cpsat_s_to_match")]
+            out["small_allocator_time_over_cpsat_median"] = (statistics.median(ratios)
+                                                             if ratios else None)
+            out["small_allocator_time_over_cpsat_at_most_tenth"] = (
+                sum(x <= 0.1 for x in ratios) / len(ratios) if ratios else None)
             captured = [(r["policies"]["allocator"]["objective"] - r["policies"]["fifo"]["objective"])
                         / (r["policies"]["exact"]["objective"] - r["policies"]["fifo"]["objective"])
                         for r in small if r["optimal"]
@@ -254,22 +265,33 @@ def markdown(result: dict) -> str:
             lines.append(f"| {n} | {pct(r['median_gap'])} | {pct(r['mean_gap'])} | "
                          f"{pct(r['max_gap'])} | {r['median_wall_s']:.2f} |")
         if "small_allocator_above_greedy" in summ:
+            ratio = summ["small_allocator_time_over_cpsat_median"]
             lines += ["", f"Allocator above greedy on {pct(summ['small_allocator_above_greedy'])} "
-                      f"of the small scenarios; median share of the FIFO-to-optimum gap "
-                      f"captured: {pct(summ['small_allocator_gap_captured_median'])}."]
+                      f"of the small scenarios, at least equal on "
+                      f"{pct(summ['small_allocator_at_least_greedy'])}; median share of the "
+                      f"FIFO-to-optimum gap captured: "
+                      f"{pct(summ['small_allocator_gap_captured_median'])}. Allocator wall time "
+                      f"over CP-SAT's time to reach the same objective: median "
+                      f"{'-' if ratio is None else f'{ratio:.2f}'}, at most 0.1 on "
+                      f"{pct(summ['small_allocator_time_over_cpsat_at_most_tenth'])} of the seeds."]
         else:
             lines += ["", "No allocator in the registry on this commit: its columns are absent."]
-        lines += ["", "Per seed (gap; CP-SAT status and solve time; CP-SAT seconds to match "
-                  "greedy):", "",
-                  "| seed | load | " + " | ".join(names) + " | CP-SAT | CP-SAT s to match greedy |",
-                  "|---|---|" + "---|" * len(names) + "---|---|"]
+        matched = [n for n in ("greedy", "allocator") if n in names]
+        lines += ["", "Per seed (gap; CP-SAT status and solve time; CP-SAT seconds to reach "
+                  "each heuristic's objective, and the heuristic's own seconds):", "",
+                  "| seed | load | " + " | ".join(names) + " | CP-SAT | "
+                  + " | ".join(f"CP-SAT s to {n} / {n} s" for n in matched) + " |",
+                  "|---|---|" + "---|" * len(names) + "---|" + "---|" * len(matched)]
         for r in small:
             ex = r["policies"]["exact"]
-            match = r["policies"].get("greedy", {}).get("cpsat_s_to_match")
+            cells = []
+            for n in matched:
+                match = r["policies"][n].get("cpsat_s_to_match")
+                cells.append(("-" if match is None else f"{match:.2f}")
+                             + f" / {r['policies'][n]['wall_s']:.2f}")
             lines.append(f"| {r['seed']} | {r['offered_load']:.2f} | " + " | ".join(
                 pct(r["policies"][n]["gap"]) for n in names)
-                + f" | {ex['status']} {ex['solve_s']:.1f}s | "
-                + ("-" if match is None else f"{match:.2f}") + " |")
+                + f" | {ex['status']} {ex['solve_s']:.1f}s | " + " | ".join(cells) + " |")
     if result["seven"]:
         names = [n for n in next(iter(summ["seven"].values())) if n != "lp_s"]
         seeds = sorted({r["seed"] for r in result["seven"]})
@@ -300,7 +322,11 @@ def print_summary(result: dict) -> None:
               f"{pct(summ['small_proven_optimal'])}): median gap "
               + ", ".join(f"{n} {pct(r['median_gap'])}" for n, r in summ["small"].items()))
         if "small_allocator_above_greedy" in summ:
-            print(f"allocator above greedy on {pct(summ['small_allocator_above_greedy'])} of them")
+            ratio = summ["small_allocator_time_over_cpsat_median"]
+            print(f"allocator above greedy on {pct(summ['small_allocator_above_greedy'])} of them, "
+                  f"at least equal on {pct(summ['small_allocator_at_least_greedy'])}; wall time "
+                  f"over CP-SAT's time to the same objective: median "
+                  f"{'-' if ratio is None else f'{ratio:.2f}'}")
         else:
             print("allocator: not in the registry on this commit")
     for name, r in summ["seven"].items():

@@ -171,6 +171,10 @@ class SolverConfig:
     """dtype of the relaxed grid: float32 | bfloat16 | float16 (halves the bytes on GPU)."""
     progress: bool = True
     """Show a progress bar on a terminal (never under CI or in a pipe)."""
+    cpu_threads: int = 1
+    """Torch threads for the allocator's CPU work (0: leave torch's setting).
+    One by default: its tensors are small, and on shared cores more threads
+    make it slower, not faster."""
 
 
 @dataclass

@@ -296,8 +296,8 @@ class Schedule:
     def fits_at(self, j: int, t: int, demand_aware: bool = True,
                 displace: bool = True) -> tuple[int | None, bool]:
         """(first GPU of the best-fit block where rigid job j can start at t, or
-        None; whether no block is free at all then). Demand-awareness and
-        displacement as in `find`."""
+        None; whether that failure holds for any longer job of its class too).
+        Demand-awareness and displacement as in `find`."""
         k, c = self.gpus[j], self.job_class[j]
         blocks = self.blocks[c]
         if len(blocks) == 0 or t < self.arrival[j]:
@@ -308,14 +308,17 @@ class Schedule:
             return None, True
         ok = free
         if demand_aware and self.n_subsets:
-            short = self.slack[:, t:t + length].amin(1) < k  # (U,)
+            window = self.slack[:, t:t + length]  # (U, length)
+            short = window.amin(1) < k  # (U,)
             pool_short = (self.subset_pools & short[:, None]).any(0)  # (P,)
             ok = free & ~pool_short[self.block_pool[c]]
             if not ok.any():
                 if not displace:
-                    return None, False
-                net = self.priority[j] * k * length - self._displaced(k, self.duration[j])[
-                    self.block_pool[c], t]  # (B,)
+                    return None, True
+                lack = (k - window.clamp(min=0)).clamp(min=0, max=k).sum(1).double()  # (U,)
+                cost = torch.where(self.subset_pools, (lack * self.subset_priority)[:, None],
+                                   torch.zeros((), dtype=torch.float64, device=self.device))
+                net = self.priority[j] * k * length - cost.amax(0)[self.block_pool[c]]  # (B,)
                 net = torch.where(free, net, torch.tensor(-1.0, dtype=torch.float64,
                                                           device=self.device))
                 best = float(net.max())
@@ -467,15 +470,21 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
         free = int((~sched.busy[:, t]).sum())
         ghost = None
         failed: dict[int, int] = {}  # class -> shortest run that did not fit (this state)
+        displaced = False
         for j in list(waiting):
             if free == 0:
                 break
             c, length = sched.job_class[j], sched._length(j, t)
             first = None
             if sched.gpus[j] <= free and length < failed.get(c, 1 << 30):
-                first, hard = sched.fits_at(j, t, demand_aware)
+                first, hard = sched.fits_at(j, t, demand_aware, displace=False)
                 if first is None and hard:
                     failed[c] = length
+                    # Only the first job held back by elastic demand may
+                    # displace it: the one a reservation would protect.
+                    if not displaced and demand_aware:
+                        displaced = True
+                        first, _ = sched.fits_at(j, t, demand_aware, displace=True)
             if first is not None:
                 sched.place(j, t, first)
                 waiting.remove(j)
