@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 
@@ -19,7 +19,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    # os.open with 0o666 lets the umask set the final mode, as a plain open()
+    # would (mkstemp's 0600 would make every output private to its writer).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode) as f:
             f.write(data)

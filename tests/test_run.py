@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,14 @@ def test_cli_multirun(tmp_path):
     runs = sorted(tmp_path.glob("*/metrics.json"))
     assert len(runs) == 2
     assert [json.loads(p.read_text())["seed"] for p in runs] == [0, 1]
+
+
+def test_outputs_follow_the_umask(tmp_path):
+    from gpualloc.files import atomic_write_text
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
