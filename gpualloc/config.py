@@ -170,6 +170,9 @@ class SolverConfig:
     """dtype of the relaxed grid: float32 | bfloat16 | float16 (halves the bytes on GPU)."""
     progress: bool = True
     """Show a progress bar on a terminal (never under CI or in a pipe)."""
+    memory_budget_gb: Optional[float] = None
+    """GiB the run may use (the memory guard, gpualloc.memory); null: 90% of
+    the device's free memory. Above it, a run stops with a clear message."""
 
 
 @dataclass

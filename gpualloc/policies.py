@@ -23,6 +23,8 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.allocator import allocator
+    from gpualloc.memory import check_grid_memory
+    check_grid_memory(s, cfg.solver, device)  # before the grid exists
     return allocator(s, cfg.solver, device)
 
 
