@@ -22,6 +22,10 @@ def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode) as f:
+            # mkstemp makes the file private (0600); give it the mode a plain
+            # open() would, so outputs stay readable where the umask allows.
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -30,3 +34,9 @@ def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
         # BaseException: a Ctrl-C mid-write must not leave the temporary behind.
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
