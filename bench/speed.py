@@ -422,21 +422,27 @@ def main(argv: list[str] | None = None) -> int:
                     10.0, min(args.timeout, args.budget - (time.monotonic() - started)))
                 row = _child(spec, left)
             report["rows"].append(row)
+            _write(report, args, policies)  # after every run: a killed ladder keeps its rows
             print(f"{G:>5} x {J:>5} x {T:>3}  {policy:<9}  {row.get('status', '?')[:70]:<20}  "
                   f"wall {_f(row.get('wall_s'), '8.2f')} s  peak {_gib(row.get('peak_bytes'))} "
                   f"GiB  est {_gib(row.get('estimate_bytes'))} GiB", flush=True)
+    _write(report, args, policies)
+    for policy, k in report["exponents"].items():
+        print(f"{policy}: time ~ (G x J x T)^{_f(k, '.2f')}")
+    print(f"wrote {args.out / (report['stem'] + '.md')} and .json")
+    return 0
+
+
+def _write(report: dict, args, policies: list[str]) -> None:
+    from gpualloc.files import atomic_write_text
+
     add_quality(report["rows"])
     report["exponents"] = {p: fit_exponent(report["rows"], p) for p in policies}
     report["load_end"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
-    for policy, k in report["exponents"].items():
-        print(f"{policy}: time ~ (G x J x T)^{_f(k, '.2f')}")
+    report["stem"] = args.name or f"speed_{report['ladder']}"
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"speed_{ladder}"
-    from gpualloc.files import atomic_write_text
-    atomic_write_text(args.out / f"{stem}.json", json.dumps(report, indent=1))
-    atomic_write_text(args.out / f"{stem}.md", markdown(report))
-    print(f"wrote {args.out / (stem + '.md')} and .json")
-    return 0
+    atomic_write_text(args.out / f"{report['stem']}.json", json.dumps(report, indent=1))
+    atomic_write_text(args.out / f"{report['stem']}.md", markdown(report))
 
 
 if __name__ == "__main__":

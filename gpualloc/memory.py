@@ -115,7 +115,10 @@ def _cgroup_free() -> int | None:
         return None
     best = None
     for line in lines:
-        _, controllers, rel = line.split(":", 2)
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
         if controllers == "":  # cgroup v2
             base = Path("/sys/fs/cgroup") / rel.lstrip("/")
             limit, used = _read_int(base / "memory.max"), _read_int(base / "memory.current")

@@ -178,15 +178,28 @@ def _bad_files(folder: Path) -> dict[str, Path]:
     return paths
 
 
+CLI_CASES = ["invalid_yaml.yaml", "yaml_list.yaml", "nan_priority.json", "string_gpus.json",
+             "huge_horizon.json"]
+
+
 @pytest.mark.slow
 def test_cli_bad_files_exit_2_one_line(tmp_path):
-    # Started together: each process spends most of its time importing torch.
-    procs = {}
-    for name, path in _bad_files(tmp_path).items():
-        procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "gpualloc.run", "+scenario=file", f"scenario.path={path}",
-             "policies=[fifo]", f"hydra.run.dir={tmp_path / ('out_' + name)}"],
+    # A few kinds through the real command (every kind goes through the
+    # loader in test_bad_files_in_process), and a grid far above a tiny
+    # memory budget. Started together: each process spends most of its time
+    # importing torch.
+    def start(name, *args):
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpualloc.run", *args,
+             f"hydra.run.dir={tmp_path / ('out_' + name)}"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    files = _bad_files(tmp_path)
+    procs = {name: start(name, "+scenario=file", f"scenario.path={files[name]}",
+                         "policies=[fifo]") for name in CLI_CASES}
+    procs["memory_guard"] = start("memory_guard", "+scenario=mixed", "policies=[fifo,allocator]",
+                                  "solver.memory_budget_gb=0.1")
+    errors = {}
     for name, p in procs.items():
         out, err = p.communicate(timeout=300)
         assert p.returncode == 2, (name, err)
@@ -194,6 +207,9 @@ def test_cli_bad_files_exit_2_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: "), (name, err)
         assert "Traceback" not in err
         assert not (tmp_path / f"out_{name}" / "metrics.json").exists()
+        errors[name] = lines[0]
+    assert "memory guard" in errors["memory_guard"] and "64 x" in errors["memory_guard"]
+    assert "horizon 1,000,000,000 is above" in errors["huge_horizon.json"]
 
 
 def test_bad_files_in_process(tmp_path):

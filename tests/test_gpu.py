@@ -65,3 +65,23 @@ def test_grid_estimate_bounds_cuda_peak():
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
     assert 0 < peak <= grid_bytes(s.G, s.J, s.T, cfg.dtype, CUDA)
+
+
+@pytest.mark.slow
+def test_kernel_step_beyond_2_31_cells():
+    # The 2048 x 5000 x 336 and 4096 x 10000 x 336 rungs of the GPU ladder
+    # hold more than 2**31 cells: the step must address them with 64-bit
+    # offsets. Every cell, the last ones included, moves by step * gain.
+    G, J, T = 4, 2**19 + 1, 1024  # 2.15e9 cells, 4.3 GB in bfloat16
+    if torch.cuda.mem_get_info()[0] < 6 * G * J * T * 2:
+        pytest.skip("not enough free GPU memory")
+    x = torch.zeros(G, J, T, dtype=torch.bfloat16, device=CUDA)  # (G, J, T)
+    out = pgd_step(x, torch.ones(J, G, dtype=torch.bool, device=CUDA),
+                   torch.zeros(J, dtype=torch.long, device=CUDA),
+                   torch.ones(G, T, dtype=torch.bool, device=CUDA),
+                   torch.ones(J, T, device=CUDA), torch.zeros(G, T, device=CUDA),
+                   torch.zeros(J, dtype=torch.bool, device=CUDA), 0.5, 0.0)
+    torch.cuda.synchronize()
+    new, S = out[0], out[1]
+    assert new[0].eq(0.5).all() and new[-1].eq(0.5).all()
+    assert float(S[-1, -1]) == 0.5 * J

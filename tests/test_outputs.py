@@ -142,12 +142,25 @@ def test_interrupted_runs_leave_whole_files(tmp_path):
 
 # ---- determinism ------------------------------------------------------------------------------
 
+# The optimum is proved only on small scenarios: `exact` runs on the shipped
+# example, every other policy on a benchmark scenario.
+SMALL_ONLY = {"exact"}
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_same_seed_same_plan_every_policy(policy):
-    cfg = composed("+scenario=mixed", "seed=5", "solver.iterations=10",
-                   "solver.local_search_iters=40", "solver.progress=false")
-    if policy == "exact":
+    args = ["seed=5", "solver.iterations=10", "solver.local_search_iters=40",
+            "solver.progress=false"]
+    if policy in SMALL_ONLY:
         pytest.importorskip("ortools")
+        from gpualloc.run import build_scenario
+        cfg = composed("+scenario=file", *args)
+        s1, s2 = build_scenario(cfg.scenario, 5), build_scenario(cfg.scenario, 5)
+        a = POLICIES[policy](s1, cfg, torch.device("cpu")).owner
+        b = POLICIES[policy](s2, cfg, torch.device("cpu")).owner
+        assert torch.equal(a, b)
+        return
+    cfg = composed("+scenario=mixed", *args)
     s = generate(cfg.scenario, cfg.seed)
     device = torch.device("cpu")
     a = POLICIES[policy](s, cfg, device).owner
@@ -157,14 +170,15 @@ def test_same_seed_same_plan_every_policy(policy):
 
 @pytest.mark.slow
 def test_same_seed_same_plan_files_across_processes(tmp_path):
-    args = ["+scenario=mixed", "seed=5", "device=cpu", f"policies=[{','.join(POLICIES)}]",
+    policies = [p for p in POLICIES if p not in SMALL_ONLY]
+    args = ["+scenario=mixed", "seed=5", "device=cpu", f"policies=[{','.join(policies)}]",
             "solver.iterations=20", "solver.local_search_iters=80", "solver.progress=false"]
     procs = [_start(tmp_path / f"run{i}", *args) for i in range(2)]
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     names = sorted(p.name for p in (tmp_path / "run0").glob("plan_*.json"))
-    assert names == sorted(f"plan_{name}.json" for name in POLICIES)
+    assert names == sorted(f"plan_{name}.json" for name in policies)
     for name in names + ["scenario.json"]:
         assert (tmp_path / "run0" / name).read_bytes() == (tmp_path / "run1" / name).read_bytes()
 
