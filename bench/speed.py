@@ -304,9 +304,14 @@ def markdown(report: dict) -> str:
              f"torch {m['torch']}; Triton {'yes' if m.get('triton') else 'no'}",
              f"- load average at start / end: {report['load_start']} / {report['load_end']}",
              f"- command: `{report['command']}`",
-             f"- note: {report['note']}" if report.get("note") else "",
-             "- scenarios: `mixed` scaled by bench/speed.py (same offered load); every "
-             "policy in a fresh process; the allocator on the dense (G, J, T) grid",
+             f"- note: {report['note']}" if report.get("note") else None,
+             "- scenarios: `mixed` scaled by bench/speed.py (same offered load); "
+             + ("every policy in a fresh process" if report.get("isolated", True) else
+                "all runs in one process (--quick: peaks after the first run are "
+                "understated, freed memory is reused)")
+             + "; the allocator on the dense (G, J, T) grid; peak = "
+             + ("torch.cuda.max_memory_allocated" if report["ladder"] == "gpu" else
+                "peak resident memory above the process's before the policy"),
              "", "| G x J x T | cells | load | policy | status | wall s | peak GiB | "
              "estimate GiB | it/s | relax s | repair s | search s | wthr | vs greedy | "
              "vs FIFO |",
@@ -407,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
               "command": "python bench/speed.py " + " ".join(sys.argv[1:] if argv is None
                                                              else argv),
               "load_start": " ".join(f"{v:.1f}" for v in os.getloadavg()),
-              "note": args.note, "missing": ", ".join(missing), "rows": []}
+              "note": args.note, "missing": ", ".join(missing), "rows": [],
+              "isolated": not args.quick}
     started = time.monotonic()
     for G, J, T in sizes:
         for policy in policies:
