@@ -135,8 +135,10 @@ def _kernel_step_time(G: int, J: int, T: int, dtype: torch.dtype, device: torch.
     return seconds
 
 
-def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int) -> dict:
-    """Generate the scaled scenario, run one policy, return its row."""
+def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
+            solver: dict | None = None) -> dict:
+    """Generate the scaled scenario, run one policy, return its row. `solver`
+    overrides SolverConfig fields (default: conf/solver/default.yaml's values)."""
     from gpualloc.check import check
     from gpualloc.config import RunConfig
     from gpualloc.generate import generate
@@ -151,6 +153,10 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int) -> dict
     cfg = RunConfig(scenario=scfg, policies=[policy], device=device, seed=seed)
     cfg.solver.progress = False
     cfg.solver.seed = seed
+    for key, value in (solver or {}).items():
+        if not hasattr(cfg.solver, key):
+            raise SystemExit(f"--set solver.{key}: SolverConfig has no such field")
+        setattr(cfg.solver, key, value)
     s = generate(scfg, seed)
     row = {"G": s.G, "J": s.J, "T": s.T, "cells": s.G * s.J * s.T, "policy": policy,
            "device": device, "seed": seed, "offered_load": round(s.offered_load, 3),
@@ -304,6 +310,8 @@ def markdown(report: dict) -> str:
              f"torch {m['torch']}; Triton {'yes' if m.get('triton') else 'no'}",
              f"- load average at start / end: {report['load_start']} / {report['load_end']}",
              f"- command: `{report['command']}`",
+             f"- solver overrides: {report['solver_overrides']}"
+             if report.get("solver_overrides") else None,
              f"- note: {report['note']}" if report.get("note") else None,
              "- scenarios: `mixed` scaled by bench/speed.py (same offered load); "
              + ("every policy in a fresh process" if report.get("isolated", True) else
@@ -373,14 +381,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default=None, help="results file stem (default speed_<ladder>)")
     ap.add_argument("--note", default="", help="a line for the results (e.g. machine load)")
+    ap.add_argument("--set", action="append", default=[], metavar="solver.KEY=VALUE",
+                    help="override a solver setting (repeatable); the results record it")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.child:
         spec = json.loads(args.child)
         print(json.dumps(run_one(spec["G"], spec["J"], spec["T"], spec["policy"],
-                                 spec["device"], spec["seed"])), flush=True)
+                                 spec["device"], spec["seed"], spec.get("solver"))), flush=True)
         return 0
+    solver = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if not key.startswith("solver.") or not value:
+            ap.error(f"--set {item}: expected solver.KEY=VALUE")
+        import yaml
+        solver[key[len("solver."):]] = yaml.safe_load(value)
 
     from gpualloc.policies import POLICIES
 
@@ -413,16 +430,16 @@ def main(argv: list[str] | None = None) -> int:
                                                              else argv),
               "load_start": " ".join(f"{v:.1f}" for v in os.getloadavg()),
               "note": args.note, "missing": ", ".join(missing), "rows": [],
-              "isolated": not args.quick}
+              "isolated": not args.quick, "solver_overrides": solver}
     started = time.monotonic()
     for G, J, T in sizes:
         for policy in policies:
             spec = {"G": G, "J": J, "T": T, "policy": policy, "device": device,
-                    "seed": args.seed}
+                    "seed": args.seed, "solver": solver}
             if args.budget is not None and time.monotonic() - started > args.budget:
                 row = {**spec, "status": "skipped (time budget spent)"}
             elif args.quick:
-                row = run_one(G, J, T, policy, device, args.seed)  # in this process
+                row = run_one(G, J, T, policy, device, args.seed, solver)  # in this process
             else:
                 left = args.timeout if args.budget is None else max(
                     10.0, min(args.timeout, args.budget - (time.monotonic() - started)))

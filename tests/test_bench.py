@@ -27,10 +27,10 @@ def test_scaled_mixed_keeps_size_and_load(speed):
         assert s.offered_load == pytest.approx(base.offered_load, abs=0.2)
 
 
-@pytest.mark.slow
 def test_quick_ladder_writes_results(speed, tmp_path):
     rc = speed.main(["--quick", "--sizes", "16x24x24,32x48x24", "--policies",
-                     "fifo,allocator,nonexistent", "--out", str(tmp_path), "--name", "t"])
+                     "fifo,allocator,nonexistent", "--out", str(tmp_path), "--name", "t",
+                     "--set", "solver.local_search_iters=10", "--set", "solver.iterations=10"])
     assert rc == 0
     report = json.loads((tmp_path / "t.json").read_text())
     rows = report["rows"]
@@ -41,6 +41,7 @@ def test_quick_ladder_writes_results(speed, tmp_path):
     assert all(r["vs_fifo"] >= 1 - 1e-9 and r["iters_per_s"] > 0 for r in alloc)
     assert report["exponents"]["allocator"] is not None and report["missing"] == "nonexistent"
     assert report["commit"] and report["machine"]["cores"] >= 1
+    assert report["solver_overrides"] == {"local_search_iters": 10, "iterations": 10}
     assert "| 16 x 24 x 24 |" in (tmp_path / "t.md").read_text()
 
 

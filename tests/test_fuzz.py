@@ -178,8 +178,7 @@ def _bad_files(folder: Path) -> dict[str, Path]:
     return paths
 
 
-CLI_CASES = ["invalid_yaml.yaml", "yaml_list.yaml", "nan_priority.json", "string_gpus.json",
-             "huge_horizon.json"]
+CLI_CASES = ["invalid_yaml.yaml", "string_gpus.json", "huge_horizon.json"]
 
 
 @pytest.mark.slow

@@ -149,7 +149,7 @@ SMALL_ONLY = {"exact"}
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_same_seed_same_plan_every_policy(policy):
-    args = ["seed=5", "solver.iterations=10", "solver.local_search_iters=40",
+    args = ["seed=5", "solver.iterations=6", "solver.local_search_iters=30",
             "solver.progress=false"]
     if policy in SMALL_ONLY:
         pytest.importorskip("ortools")
@@ -172,7 +172,7 @@ def test_same_seed_same_plan_every_policy(policy):
 def test_same_seed_same_plan_files_across_processes(tmp_path):
     policies = [p for p in POLICIES if p not in SMALL_ONLY]
     args = ["+scenario=mixed", "seed=5", "device=cpu", f"policies=[{','.join(policies)}]",
-            "solver.iterations=20", "solver.local_search_iters=80", "solver.progress=false"]
+            "solver.iterations=10", "solver.local_search_iters=40", "solver.progress=false"]
     procs = [_start(tmp_path / f"run{i}", *args) for i in range(2)]
     for p in procs:
         _, err = p.communicate(timeout=600)
