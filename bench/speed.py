@@ -118,16 +118,16 @@ def _kernel_step_time(G: int, J: int, T: int, dtype: torch.dtype, device: torch.
     compat = torch.ones(J, G, dtype=torch.bool, device=device)
     arrival = torch.zeros(J, dtype=torch.long, device=device)
     free = torch.ones(G, T, dtype=torch.bool, device=device)
-    gain = torch.randn(J, T, device=device)
-    cap = torch.rand(G, T, device=device)
+    gain = 0.1 * torch.randn(J, T, device=device)
+    price = 0.1 * torch.rand(G, T, device=device)
     rigid = torch.ones(J, dtype=torch.bool, device=device)
     for _ in range(2):  # compiles the kernel for this shape
-        pgd_step(x, compat, arrival, free, gain, cap, rigid, 0.1, 0.1)
+        pgd_step(x, compat, arrival, free, gain, price, rigid, 0.1)
     torch.cuda.synchronize(device)
     reps = 10
     start = time.perf_counter()
     for _ in range(reps):
-        pgd_step(x, compat, arrival, free, gain, cap, rigid, 0.1, 0.1)
+        pgd_step(x, compat, arrival, free, gain, price, rigid, 0.1)
     torch.cuda.synchronize(device)
     seconds = (time.perf_counter() - start) / reps
     del x
@@ -143,7 +143,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     from gpualloc.config import RunConfig
     from gpualloc.generate import generate
     from gpualloc.kernels.pgd import bytes_moved
-    from gpualloc.memory import (ITEMSIZE, grid_bytes, measure_rss_peak, scenario_bytes)
+    from gpualloc.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
+                                 scenario_bytes)
     from gpualloc.metrics import metrics
     from gpualloc.policies import POLICIES
     from gpualloc.scenario import ScenarioError
@@ -160,9 +161,12 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     s = generate(scfg, seed)
     row = {"G": s.G, "J": s.J, "T": s.T, "cells": s.G * s.J * s.T, "policy": policy,
            "device": device, "seed": seed, "offered_load": round(s.offered_load, 3),
-           "representation": "dense (G, J, T) grid" if policy == "allocator" else "-",
-           "estimate_bytes": (grid_bytes(s.G, s.J, s.T, cfg.solver.dtype, dev)
-                              if policy == "allocator" else scenario_bytes(s))}
+           "estimate_bytes": scenario_bytes(s)}
+    if policy == "allocator":
+        try:  # the guard's estimate for the grid the run will build
+            row["estimate_bytes"] = grid_bytes(s, fit_grid(s, cfg.solver, dev), dev)
+        except ScenarioError:
+            row["estimate_bytes"] = grid_bytes(s, cfg.solver, dev)
     if dev.type == "cuda" and policy == "allocator":
         itemsize = ITEMSIZE[cfg.solver.dtype]
         try:
@@ -203,7 +207,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     info = plan.info
     if policy == "allocator":
         iters = cfg.solver.iterations
-        row.update(iterations=iters, relax_s=info.get("relax_s"), repair_s=info.get("repair_s"),
+        row.update(representation=info.get("representation"),
+                   iterations=iters, relax_s=info.get("relax_s"), repair_s=info.get("repair_s"),
                    local_search_s=info.get("local_search_s"), rounding=info.get("rounding"),
                    iters_per_s=iters / info["relax_s"] if info.get("relax_s") else None)
         if "floor_step_s" in row:
@@ -317,17 +322,19 @@ def markdown(report: dict) -> str:
              + ("every policy in a fresh process" if report.get("isolated", True) else
                 "all runs in one process (--quick: peaks after the first run are "
                 "understated, freed memory is reused)")
-             + "; the allocator on the dense (G, J, T) grid; peak = "
+             + "; grid: the allocator's relaxed grid, dense (G, J, T) or packed (only "
+             "the cells a job can hold); peak = "
              + ("torch.cuda.max_memory_allocated" if report["ladder"] == "gpu" else
                 "peak resident memory above the process's before the policy"),
-             "", "| G x J x T | cells | load | policy | status | wall s | peak GiB | "
+             "", "| G x J x T | cells | load | policy | grid | status | wall s | peak GiB | "
              "estimate GiB | it/s | relax s | repair s | search s | wthr | vs greedy | "
              "vs FIFO |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(
             f"| {r['G']} x {r['J']} x {r['T']} | {_f(r.get('cells'), '.3g')} | "
-            f"{_f(r.get('offered_load'), '.2f')} | {r['policy']} | {r.get('status', '?')[:60]} | "
+            f"{_f(r.get('offered_load'), '.2f')} | {r['policy']} | "
+            f"{r.get('representation') or '-'} | {r.get('status', '?')[:60]} | "
             f"{_f(r.get('wall_s'), '.2f')} | {_gib(r.get('peak_bytes'))} | "
             f"{_gib(r.get('estimate_bytes'))} | {_f(r.get('iters_per_s'), '.2f')} | "
             f"{_f(r.get('relax_s'), '.1f')} | {_f(r.get('repair_s'), '.1f')} | "

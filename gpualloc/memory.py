@@ -6,16 +6,14 @@ kill.
 Two estimates, both honest upper bounds (tests/test_memory.py measures the
 real peak on the CPU and checks it stays below them):
 
-- `grid_bytes`: the allocator's relaxation (gpualloc.allocator.relax), the
-  dense grid x (G, J, T) of `SolverConfig.dtype` and what one step needs
-  beside it. On CUDA the fused Triton kernel updates the grid in place, so it
-  is the grid plus the (J, T), (G, T), (J, G) side arrays. The torch
-  reference (the CPU, or CUDA without Triton) also allocates temporaries of
-  the grid's size: the update (float32), the time differences, the
-  Laplacian and its product with the smoothing weight (grid dtype), and the
-  bool mask; half-precision grids add a float32 upcast. Measured on the CPU
-  (2 cores, torch 2.13): about 21 bytes per cell for float32 and 18 for
-  bfloat16 at 10^8 cells, which the per-cell figures below bound with room.
+- `grid_bytes`: the allocator's relaxation (gpualloc.allocator.relax) in the
+  representation it picks: the dense grid x (G, J, T) of `SolverConfig.dtype`,
+  or the packed grid (G, L) of only the cells a job can ever hold, and what
+  one step needs beside it. On CUDA the fused Triton kernel updates the dense
+  grid in place: the grid plus the (J, T), (G, T), (J, G) side arrays. The
+  torch steps (the CPU, the packed grid, CUDA without Triton) also hold
+  arrays of the grid's size: its mask, the time differences, the positive
+  cells. `fit_grid` turns to the packed grid when the dense one does not fit.
 - `scenario_bytes`: the arrays every policy shares (demand (J, T), the
   compatibility (J, G), owner grids and prefix sums (G, T), candidate block
   lists), checked in `gpualloc.run.run` before FIFO runs.
@@ -61,26 +59,85 @@ def _uses_reference(device: torch.device) -> bool:
     return not triton_available()
 
 
-def grid_bytes(G: int, J: int, T: int, dtype: str = "float32",
-               device: torch.device | str = "cpu") -> int:
-    """Upper bound on the allocator relaxation's peak bytes on `device`."""
+def representation(s: Scenario, cfg, device: torch.device | str) -> str:
+    """The grid gpualloc.allocator.Grid builds for `s` under `cfg` (a
+    SolverConfig): cfg.grid, or for auto, packed on the CPU above
+    cfg.dense_max_cells cells and dense otherwise."""
+    if cfg.grid != "auto":
+        return cfg.grid
+    cpu = torch.device(device).type == "cpu"
+    return "packed" if cpu and s.G * s.J * s.T > cfg.dense_max_cells else "dense"
+
+
+def packed_columns(s: Scenario, window_slack: int) -> int:
+    """L, the packed grid's columns: per job the timesteps it can ever hold
+    (from arrival; a rigid job at most window_slack + duration of them)."""
+    if s.J == 0:
+        return 0
+    end = torch.where(s.rigid, torch.clamp(s.arrival + window_slack + s.duration, max=s.T),
+                      torch.full_like(s.arrival, s.T))
+    return int((end - s.arrival).clamp(min=0).sum())
+
+
+def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",
+                device: torch.device | str = "cpu") -> int:
+    """Upper bound on the relaxation's peak bytes with the dense (G, J, T) grid."""
     device = torch.device(device)
+    b = _itemsize(dtype)
+    if _uses_reference(device):
+        # The torch reference holds the grid, its mask (precomputed on the
+        # CPU; two bool temporaries on CUDA without Triton) and the time
+        # differences, all in the grid's dtype, then either the positive
+        # cells (bool) and their copy in the grid's dtype for the sums, or,
+        # for a half-precision grid, float32 copies while the float32 gain
+        # is added. Measured on the CPU (torch 2.13, 4.3e7 cells): 17.1 bytes
+        # a cell in float32, 14.0 in bfloat16; 25% of room above the model.
+        per_cell = (3 * b + max(1 + b, 8 if b < 4 else 0)) * 5 / 4
+    else:
+        per_cell = b  # the fused Triton kernel works in place
+    return int(G * J * T * per_cell + _side(G, J, T) + _fixed(device))
+
+
+def packed_bytes(G: int, L: int, J: int, T: int, dtype: str = "float32",
+                 device: torch.device | str = "cpu") -> int:
+    """Upper bound on the relaxation's peak bytes with the packed (G, L) grid:
+    grid + mask + time differences (grid dtype), then either the capacity
+    price gathered per column (float32; with float32 copies of a
+    half-precision grid) or the positive cells (bool and grid dtype); 25% of
+    room above the model."""
+    b = _itemsize(dtype)
+    per_cell = (3 * b + max(4 + (8 if b < 4 else 0), 1 + b)) * 5 / 4
+    # Per column: job and timestep indices (int64), gathered gains, sums.
+    return int(G * L * per_cell + 48 * L + _side(G, J, T) + _fixed(torch.device(device)))
+
+
+def grid_bytes(s: Scenario, cfg, device: torch.device | str = "cpu",
+               grid: str | None = None) -> int:
+    """Upper bound on the allocator relaxation's peak bytes for `s` under
+    `cfg` (a SolverConfig) on `device`, in the representation `grid` (default:
+    the one the allocator picks, see `representation`)."""
+    grid = grid or representation(s, cfg, device)
+    if grid == "packed":
+        return packed_bytes(s.G, packed_columns(s, cfg.window_slack), s.J, s.T, cfg.dtype,
+                            device)
+    return dense_bytes(s.G, s.J, s.T, cfg.dtype, device)
+
+
+def _itemsize(dtype: str) -> int:
     if dtype not in ITEMSIZE:
         raise ScenarioError(f"solver.dtype={dtype}: must be one of {', '.join(ITEMSIZE)}")
-    b = ITEMSIZE[dtype]
-    cells = G * J * T
-    if _uses_reference(device):
-        # grid + update (float32) + difference, Laplacian, product (grid dtype)
-        # + two bool masks; half precision: a float32 upcast in the mixed ops.
-        per_cell = b + 4 + 3 * b + 2 + (4 if b < 4 else 0)
-        per_cell = per_cell * 5 / 4  # 25% above the measured peak's model
-    else:
-        per_cell = b  # the fused kernel works in place
-    # (J, T): about 20 float32 arrays (gain, prices, caps, masses, their
-    # temporaries) and the int64 demand; (G, T): about 10; (J, G): masks.
-    side = 96 * J * T + 48 * G * T + 8 * J * G
-    fixed = OVERHEAD + (CUDA_OVERHEAD if device.type == "cuda" else 0)
-    return int(cells * per_cell + side + fixed)
+    return ITEMSIZE[dtype]
+
+
+def _side(G: int, J: int, T: int) -> int:
+    # (J, T): about 20 float32 arrays (gain, multipliers, caps, masses,
+    # counts, their temporaries) and the int64 demand; (G, T): about 10;
+    # (J, G): masks.
+    return 96 * J * T + 48 * G * T + 8 * J * G
+
+
+def _fixed(device: torch.device) -> int:
+    return OVERHEAD + (CUDA_OVERHEAD if device.type == "cuda" else 0)
 
 
 def scenario_bytes(s: Scenario) -> int:
@@ -188,30 +245,60 @@ def budget(budget_gb: float | None, device: torch.device | str) -> tuple[int | N
 
 def check_grid_memory(s: Scenario, cfg, device: torch.device | str) -> int:
     """Estimate the allocator relaxation's peak bytes for `s` under `cfg` (a
-    SolverConfig) on `device`; raise MemoryGuardError when it is above the
-    budget. Returns the estimate (0 when no grid is built: rounding=priority
-    or no jobs). Call it before the grid is allocated."""
+    SolverConfig) on `device`, in the representation the allocator picks;
+    raise MemoryGuardError when it is above the budget. Returns the estimate
+    (0 when no grid is built: rounding=priority or no jobs). Call it before
+    the grid is allocated."""
     device = torch.device(device)
     if cfg.rounding == "priority" or s.J == 0:
         return 0
-    need = grid_bytes(s.G, s.J, s.T, cfg.dtype, device)
+    grid = representation(s, cfg, device)
+    need = grid_bytes(s, cfg, device, grid)
     limit, source = budget(cfg.memory_budget_gb, device)
     if limit is None or need <= limit:
         return need
+    raise MemoryGuardError(_message(s, cfg, device, grid, need, limit, source))
+
+
+def fit_grid(s: Scenario, cfg, device: torch.device | str):
+    """The solver config to run with: `cfg` itself when its grid fits the
+    budget; with grid=auto and a dense grid that does not fit, the same
+    config with grid=packed when that one fits (the reduced representation:
+    the same objective and penalties); else MemoryGuardError."""
+    from dataclasses import replace
+
+    try:
+        check_grid_memory(s, cfg, device)
+        return cfg
+    except MemoryGuardError:
+        if cfg.grid != "auto" or representation(s, cfg, device) == "packed":
+            raise
+        packed = replace(cfg, grid="packed")
+        check_grid_memory(s, packed, device)  # raises with the packed grid's numbers
+        return packed
+
+
+def _message(s: Scenario, cfg, device: torch.device, grid: str, need: int, limit: int,
+             source: str) -> str:
     options = ["a smaller scenario (fewer GPUs, jobs or timesteps)"]
     if cfg.dtype == "float32":
-        half = grid_bytes(s.G, s.J, s.T, "bfloat16", device)
+        from dataclasses import replace
+        half = grid_bytes(s, replace(cfg, dtype="bfloat16"), device, grid)
         options.append(f"solver.dtype=bfloat16 (about {fmt_bytes(half)})")
+    if grid == "dense":
+        packed = grid_bytes(s, cfg, device, "packed")
+        if packed < need:
+            options.append(f"solver.grid=packed (about {fmt_bytes(packed)})")
     options.append("solver.memory_budget_gb=N if more memory is really free")
     options.append("solver.rounding=priority (skips the grid)")
-    on_gpu = grid_bytes(s.G, s.J, s.T, cfg.dtype, "cuda")
+    on_gpu = dense_bytes(s.G, s.J, s.T, cfg.dtype, "cuda")
     if device.type != "cuda" and on_gpu < need:
         options.append(f"device=cuda (about {fmt_bytes(on_gpu)} on a GPU with Triton)")
-    raise MemoryGuardError(
-        f"memory guard: the allocator's relaxed grid for G x J x T = {s.G} x {s.J} x {s.T} "
-        f"({s.G * s.J * s.T:.3g} cells, {cfg.dtype}) needs about {fmt_bytes(need)} on "
-        f"{device.type}, above the budget of {fmt_bytes(limit)} ({source}). "
-        f"Options: {'; '.join(options)}")
+    cells = (f"{s.G * s.J * s.T:.3g} cells" if grid == "dense" else
+             f"packed to {s.G * packed_columns(s, cfg.window_slack):.3g} cells")
+    return (f"memory guard: the allocator's relaxed grid for G x J x T = {s.G} x {s.J} x {s.T} "
+            f"({cells}, {cfg.dtype}) needs about {fmt_bytes(need)} on {device.type}, above "
+            f"the budget of {fmt_bytes(limit)} ({source}). Options: {'; '.join(options)}")
 
 
 def check_scenario_memory(s: Scenario, budget_gb: float | None,

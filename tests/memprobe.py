@@ -2,7 +2,9 @@
 (one JSON line per case): the allocator's relaxation against
 gpualloc.memory.grid_bytes, FIFO + check + metrics against scenario_bytes.
 
-    python tests/memprobe.py relax G J T DTYPE [relax G J T DTYPE ...] | fifo G J T
+    python tests/memprobe.py relax G J T DTYPE GRID [relax ...] | fifo G J T
+
+GRID: dense | packed (SolverConfig.grid).
 """
 from __future__ import annotations
 
@@ -41,15 +43,15 @@ def main(argv: list[str]) -> None:
         what, G, J, T = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
         s = scenario(G, J, T)
         if what == "relax":
-            dtype = argv[4]
-            argv = argv[5:]
-            cfg = SolverConfig(iterations=2, progress=False, dtype=dtype)
+            dtype, grid = argv[4], argv[5]
+            argv = argv[6:]
+            cfg = SolverConfig(iterations=2, progress=False, dtype=dtype, grid=grid)
             _, peak = measure_rss_peak(relax, s, cfg, torch.device("cpu"),
                                        torch.ones(s.J, dtype=torch.bool))
-            est = grid_bytes(G, J, T, dtype, "cpu")
+            est = grid_bytes(s, cfg, "cpu")
         else:
             argv = argv[4:]
-            dtype = None
+            dtype = grid = None
 
             def run():
                 owner = fifo(s).owner
@@ -57,7 +59,8 @@ def main(argv: list[str]) -> None:
                 return metrics(s, owner)
             _, peak = measure_rss_peak(run)
             est = scenario_bytes(s)
-        print(json.dumps({"what": what, "G": G, "J": J, "T": T, "dtype": dtype, "peak": peak,
+        print(json.dumps({"what": what, "G": G, "J": J, "T": T, "dtype": dtype,
+                          "grid": grid if what == "relax" else None, "peak": peak,
                           "estimate": est}), flush=True)
 
 

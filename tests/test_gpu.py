@@ -33,8 +33,8 @@ def test_kernel_step_cuda_matches_cpu_reference(G, J, T):
     # pgd_step dispatches to the Triton kernel on CUDA (when Triton is
     # installed), else to the reference on CUDA: either must match the CPU.
     args = inputs(G, J, T, seed=G + J + T)
-    ref = pgd_step_ref(args[0].clone(), *args[1:], step=0.3, smooth=0.7)
-    got = pgd_step(*(a.to(CUDA) for a in args), step=0.3, smooth=0.7)
+    ref = pgd_step_ref(args[0].clone(), *args[1:], smooth=0.7)
+    got = pgd_step(*(a.to(CUDA) for a in args), smooth=0.7)
     for r, g in zip(ref, got):
         torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-4)
 
@@ -64,14 +64,14 @@ def test_grid_estimate_bounds_cuda_peak():
     relax(s, cfg, CUDA, torch.ones(s.J, dtype=torch.bool))
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - before
-    assert 0 < peak <= grid_bytes(s.G, s.J, s.T, cfg.dtype, CUDA)
+    assert 0 < peak <= grid_bytes(s, cfg, CUDA)
 
 
 @pytest.mark.slow
 def test_kernel_step_beyond_2_31_cells():
     # The 2048 x 5000 x 336 and 4096 x 10000 x 336 rungs of the GPU ladder
     # hold more than 2**31 cells: the step must address them with 64-bit
-    # offsets. Every cell, the last ones included, moves by step * gain.
+    # offsets. Every cell, the last ones included, moves by the gain.
     G, J, T = 4, 2**19 + 1, 1024  # 2.15e9 cells, 4.3 GB in bfloat16
     if torch.cuda.mem_get_info()[0] < 6 * G * J * T * 2:
         pytest.skip("not enough free GPU memory")
@@ -79,8 +79,8 @@ def test_kernel_step_beyond_2_31_cells():
     out = pgd_step(x, torch.ones(J, G, dtype=torch.bool, device=CUDA),
                    torch.zeros(J, dtype=torch.long, device=CUDA),
                    torch.ones(G, T, dtype=torch.bool, device=CUDA),
-                   torch.ones(J, T, device=CUDA), torch.zeros(G, T, device=CUDA),
-                   torch.zeros(J, dtype=torch.bool, device=CUDA), 0.5, 0.0)
+                   torch.full((J, T), 0.5, device=CUDA), torch.zeros(G, T, device=CUDA),
+                   torch.zeros(J, dtype=torch.bool, device=CUDA), 0.0)
     torch.cuda.synchronize()
     new, S = out[0], out[1]
     assert new[0].eq(0.5).all() and new[-1].eq(0.5).all()
