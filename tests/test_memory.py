@@ -86,14 +86,22 @@ def test_tiny_budget_stops_the_allocator_before_the_grid():
 
 
 def test_guard_in_the_run_path(tmp_path):
-    # Through gpualloc.run.run and the policy registry: with the dense grid
-    # forced, a clear ScenarioError; with grid=auto, the packed grid instead.
+    # Through gpualloc.run.run and the policy registry, with a budget between
+    # the packed and the dense grid's estimates: with the dense grid forced, a
+    # clear ScenarioError; with grid=auto, the packed grid instead.
+    from gpualloc.generate import generate
     from gpualloc.run import run
-    args = ["+scenario=mixed", "solver.memory_budget_gb=0.1", "policies=[fifo,allocator]",
-            "solver.iterations=4", "solver.local_search_iters=10", "solver.progress=false"]
-    cfg = composed(*args, "solver.grid=dense")
+    args = ["+scenario=low_contention", "policies=[fifo,allocator]", "solver.iterations=4",
+            "solver.local_search_iters=10", "solver.rounding_thresholds=[0.5]",
+            "solver.progress=false"]
+    cfg = composed(*args)
+    s = generate(cfg.scenario, cfg.seed)
+    dense, packed = (grid_bytes(s, cfg.solver, "cpu", grid) for grid in ("dense", "packed"))
+    budget_gb = (dense + packed) / 2 / 2**30
+    assert scenario_bytes(s) < packed < dense
+    args.append(f"solver.memory_budget_gb={budget_gb:.6f}")
     with pytest.raises(MemoryGuardError, match="relaxed grid for G x J x T = 64 x"):
-        run(cfg, tmp_path / "dense")
+        run(composed(*args, "solver.grid=dense"), tmp_path / "dense")
     assert not (tmp_path / "dense" / "metrics.json").exists()
     result = run(composed(*args), tmp_path / "auto")
     assert result["policies"]["allocator"]["info"]["representation"] == "packed"
