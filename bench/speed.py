@@ -172,8 +172,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
         try:
             bw = _bandwidth(dev)
             step = _kernel_step_time(s.G, s.J, s.T, getattr(torch, cfg.solver.dtype), dev)
-        except torch.cuda.OutOfMemoryError as e:
-            row.update(status=f"out of memory in the kernel timing: {str(e).splitlines()[0]}")
+        except RuntimeError as e:  # out of memory, or a kernel fault (the context is lost)
+            row.update(status=f"kernel timing failed: {(str(e).splitlines() or ['?'])[0]}")
             return row
         floor = bytes_moved(s.G, s.J, s.T, itemsize) / bw
         row.update(copy_bandwidth_gbs=bw / 1e9, floor_step_s=floor, kernel_step_s=step,
