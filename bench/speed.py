@@ -302,6 +302,10 @@ def _f(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _ms(v) -> str:
+    return "-" if v is None else f"{1e3 * v:.2f}"
+
+
 def _gib(v) -> str:
     return "-" if v is None else f"{v / 2**30:.2f}"
 
@@ -350,7 +354,7 @@ def markdown(report: dict) -> str:
             lines.append(
                 f"| {r['G']} x {r['J']} x {r['T']} | {r['copy_bandwidth_gbs']:.0f} | "
                 f"{1e3 * r['floor_step_s']:.2f} | {1e3 * r['kernel_step_s']:.2f} | "
-                f"{r['kernel_vs_floor']:.2f} | {_f(r.get('relax_iter_s') and 1e3 * r['relax_iter_s'], '.2f')} | "
+                f"{r['kernel_vs_floor']:.2f} | {_ms(r.get('relax_iter_s'))} | "
                 f"{_f(r.get('relax_iter_vs_floor'), '.2f')} |")
     lines += ["", "## Time against G x J x T", ""]
     for policy, k in report["exponents"].items():
@@ -360,7 +364,7 @@ def markdown(report: dict) -> str:
     return "\n".join(line for line in lines if line is not None) + "\n"
 
 
-# ---- main -----------------------------------------------------------------------------------------
+# ---- main ------------------------------------------------------------------------------
 
 def _size(text: str) -> tuple[int, int, int]:
     try:

@@ -346,7 +346,8 @@ def _pool(doc, i: int) -> Pool:
     where = f"cluster.pools[{i}] (name {_show(doc['name'])})"
     mem = doc["memory_gb"]
     if not _is_number(mem) or mem <= 0:
-        raise ScenarioError(f"{where}: field 'memory_gb' must be a positive number, got {_show(mem)}")
+        raise ScenarioError(f"{where}: field 'memory_gb' must be a positive number, "
+                            f"got {_show(mem)}")
     return Pool(name=_str(doc, "name", where), count=_int(doc, "count", where, 1),
                 gpus_per_node=_int(doc, "gpus_per_node", where, 1),
                 gpu_type=_str(doc, "gpu_type", where), memory_gb=mem)
@@ -358,17 +359,20 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
         raise ScenarioError(f"{where}: expected a mapping, got {type(doc).__name__}")
     if "id" in doc:
         if not isinstance(doc["id"], str) or not doc["id"]:
-            raise ScenarioError(f"{where}: field 'id' must be a non-empty string, got {_show(doc['id'])}")
+            raise ScenarioError(f"{where}: field 'id' must be a non-empty string, "
+                                f"got {_show(doc['id'])}")
         where = f"job {_show(doc['id'])} (jobs[{i}])"
     kind = doc.get("kind")
     if "kind" in doc and kind not in KINDS:
-        raise ScenarioError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, got {_show(kind)}")
+        raise ScenarioError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, "
+                            f"got {_show(kind)}")
     base = {"id", "kind", "priority", "arrival", "gpus"}
     extra = {"duration"} if kind in RIGID_KINDS else {"demand"} if kind in ELASTIC_KINDS else set()
     _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb"})
     prio = doc["priority"]
     if not _is_number(prio) or prio <= 0:
-        raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, got {_show(prio)}")
+        raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, "
+                            f"got {_show(prio)}")
     if prio > MAX_PRIORITY:
         raise ScenarioError(f"{where}: field 'priority' is {prio:g}, above gpualloc's limit of "
                             f"{MAX_PRIORITY:g} (only ratios of priorities matter)")
@@ -397,11 +401,13 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
                                 f"strings, got {_show(gpu_types)}")
         for t in gpu_types:
             if t not in types:
-                raise ScenarioError(f"{where}: field 'gpu_types' names {_show(t)}, which no pool has "
+                raise ScenarioError(f"{where}: field 'gpu_types' names {_show(t)}, which no "
+                                    f"pool has "
                                     f"(pools have {', '.join(sorted(types))})")
     mem = doc.get("min_memory_gb", 0.0)
     if not _is_number(mem) or mem < 0:
-        raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, got {_show(mem)}")
+        raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, "
+                            f"got {_show(mem)}")
     return Job(id=doc["id"], kind=kind, priority=prio, arrival=arrival, gpus=gpus,
                duration=duration, demand=list(demand) if demand is not None else None,
                gpu_types=list(gpu_types) if gpu_types is not None else None,
@@ -419,7 +425,8 @@ def from_dict(doc) -> Scenario:
     horizon = _int(doc, "horizon", "scenario", 1)
     step = doc["step_minutes"]
     if not _is_number(step) or step <= 0:
-        raise ScenarioError(f"scenario: field 'step_minutes' must be a positive number, got {_show(step)}")
+        raise ScenarioError(f"scenario: field 'step_minutes' must be a positive number, "
+                            f"got {_show(step)}")
     _check_keys(doc["cluster"], "cluster", {"pools"}, set())
     pools_doc = doc["cluster"]["pools"]
     if not isinstance(pools_doc, list) or not pools_doc:

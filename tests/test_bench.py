@@ -49,3 +49,19 @@ def test_fit_exponent(speed):
     rows = [{"policy": "p", "status": "ok", "cells": c, "wall_s": 2.0 * c ** 1.5}
             for c in (10, 100, 1000)]
     assert speed.fit_exponent(rows, "p") == pytest.approx(1.5)
+
+
+def test_markdown_of_a_cuda_row(speed):
+    # The GPU ladder's table, from a made-up row (no GPU here).
+    row = {"G": 4096, "J": 10000, "T": 336, "cells": 4096 * 10000 * 336, "policy": "allocator",
+           "status": "ok", "wall_s": 50.0, "peak_bytes": 60 * 2**30, "estimate_bytes": 56 * 2**30,
+           "representation": "dense", "copy_bandwidth_gbs": 4000.0, "floor_step_s": 0.0276,
+           "kernel_step_s": 0.05, "kernel_vs_floor": 1.81, "relax_iter_s": 0.06,
+           "relax_iter_vs_floor": 2.17}
+    report = {"ladder": "gpu", "commit": "abc", "date": "now", "command": "x", "note": "",
+              "load_start": "0", "load_end": "0", "rows": [row], "exponents": {"allocator": None},
+              "machine": {"cpu": "c", "cores": 16, "torch_threads": 16, "torch": "2",
+                          "gpu": "H200, 139 GiB", "triton": True}}
+    text = speed.markdown(report)
+    assert "| 4096 x 10000 x 336 | 4000 | 27.60 | 50.00 | 1.81 | 60.00 | 2.17 |" in text
+    assert "torch.cuda.max_memory_allocated" in text

@@ -42,7 +42,8 @@ junk = st.recursive(
 def _slots(doc, out=None):
     """Every (container, key) of a document, the root's keys included."""
     out = [] if out is None else out
-    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    items = (doc.items() if isinstance(doc, dict) else
+             enumerate(doc) if isinstance(doc, list) else [])
     for k, v in items:
         out.append((doc, k))
         if isinstance(v, (dict, list)):
