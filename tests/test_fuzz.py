@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from gpualloc.check import check
 from gpualloc.plan import load_plan
+from gpualloc.policies import POLICIES
 from gpualloc.run import run
 from gpualloc.scenario import ScenarioError, from_dict, load
 from strategies import scenario_docs
@@ -106,9 +107,11 @@ def _clean(e: ScenarioError) -> None:
 
 @pytest.fixture(scope="module")
 def base_cfg():
-    cfg = composed("+scenario=file", "policies=[fifo,allocator]", "solver.iterations=4",
+    # Every policy of the registry; exact with a short, single-worker search.
+    cfg = composed("+scenario=file", f"policies=[{','.join(POLICIES)}]", "solver.iterations=4",
                    "solver.local_search_iters=4", "solver.progress=false",
-                   "solver.memory_budget_gb=0.5")
+                   "solver.memory_budget_gb=0.5", "exact.time_limit_s=2", "exact.workers=1",
+                   "exact.lp=false")
     return cfg
 
 
@@ -134,7 +137,7 @@ def test_fuzzed_documents_give_a_plan_or_a_clean_error(base_cfg, doc, fmt):
             event("refused by the run")
             return
         event("planned")
-        assert set(result["policies"]) == {"fifo", "allocator"}
+        assert set(result["policies"]) == set(POLICIES)
         for name in result["policies"]:
             policy, owner = load_plan(out / f"plan_{name}.json", s)
             assert check(s, owner).ok
