@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
 
 from gpualloc.config import SolverConfig
-from gpualloc.memory import (MemoryGuardError, budget, check_grid_memory, check_scenario_memory,
-                             cpu_available, dense_bytes, fit_grid, fmt_bytes, grid_bytes,
-                             packed_columns, representation, scenario_bytes)
+from gpualloc.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
+                             check_scenario_memory, cpu_available, dense_bytes, fit_grid,
+                             fmt_bytes, grid_bytes, packed_columns, representation,
+                             scenario_bytes)
 from gpualloc.policies import POLICIES
 from gpualloc.scenario import ScenarioError, from_dict
+from strategies import scenarios
 from test_run import composed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,3 +136,9 @@ def test_budget_sources():
         budget(0.0, "cpu")
     s = from_dict(rigid_doc(64, 10, 24))
     assert 0 < scenario_bytes(s) < 2**30
+
+
+@given(scenarios())
+def test_block_pairs_count_the_candidate_blocks(s):
+    listed = sum(len(s.blocks(j)) for j in range(s.J) if s.jobs[j].rigid)
+    assert block_pairs(s) == listed
