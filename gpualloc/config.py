@@ -175,6 +175,9 @@ class SolverConfig:
     """Torch threads for the allocator's CPU work (0: leave torch's setting).
     One by default: its tensors are small, and on shared cores more threads
     make it slower, not faster."""
+    memory_budget_gb: Optional[float] = None
+    """GiB the run may use (the memory guard, gpualloc.memory); null: 90% of
+    the device's free memory. Above it, a run stops with a clear message."""
 
 
 @dataclass

@@ -25,6 +25,10 @@ def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode) as f:
+            # mkstemp makes the file private (0600); give it the mode a plain
+            # open() would, so outputs stay readable where the umask allows.
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -33,3 +37,9 @@ def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
         # BaseException: a Ctrl-C mid-write must not leave the temporary behind.
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpualloc.config import GeneratedScenarioConfig, RealtimeWorkloadConfig, RigidWorkloadConfig
-from gpualloc.scenario import Job, Pool, Scenario, ScenarioError, from_dict
+from gpualloc.scenario import Job, Pool, Scenario, ScenarioError, check_limits, from_dict
 
 _PREFIX = {"training": "train", "batch_inference": "batch", "quantization": "quant",
            "realtime_inference": "rt"}
@@ -94,6 +94,15 @@ def _services(rng, w: RealtimeWorkloadConfig, horizon: int, step_minutes: float)
 def generate(cfg: GeneratedScenarioConfig, seed: int) -> Scenario:
     """Draw a scenario. Jobs are listed in arrival order (ties: kind, then index),
     the order a scheduler would have received them."""
+    # Sizes are checked before anything T- or job-sized is drawn.
+    hours = cfg.horizon * cfg.step_minutes / 60.0
+    expected = sum(w.count if w.rate_per_hour <= 0 else
+                   w.rate_per_hour * hours * (w.arrival_window[1] - w.arrival_window[0])
+                   for w in (cfg.training, cfg.batch_inference, cfg.quantization))
+    check_limits(cfg.horizon, sum(p.count * p.gpus_per_node for p in cfg.pools),
+                 int(expected) + cfg.realtime_inference.services, where="generator")
+    if cfg.horizon < 1:
+        raise ScenarioError(f"generator: horizon must be >= 1, got {cfg.horizon}")
     rng = np.random.default_rng(seed)
     jobs = []
     for kind in ("training", "batch_inference", "quantization"):

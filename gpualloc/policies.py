@@ -23,7 +23,9 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.allocator import allocator
-    return allocator(s, cfg.solver, device)
+    from gpualloc.memory import fit_grid
+    # Before the grid exists: the representation that fits, or a clear error.
+    return allocator(s, fit_grid(s, cfg.solver, device), device)
 
 
 def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

@@ -25,6 +25,7 @@ from gpualloc.check import check
 from gpualloc.config import FileScenarioConfig, GeneratedScenarioConfig, RunConfig, register_configs
 from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
+from gpualloc.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
 from gpualloc.online import run_policy, validate
 from gpualloc.plan import save_plan
@@ -90,6 +91,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         require_matplotlib()  # before the work, not after it
     device = resolve_device(cfg.device)
     s = build_scenario(cfg.scenario, cfg.seed)
+    check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     if out_dir is not None:
         s.save(out_dir / "scenario.json")
     result = {"scenario": s.name, "seed": cfg.seed, "device": str(device),

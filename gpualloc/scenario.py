@@ -28,6 +28,34 @@ class ScenarioError(ValueError):
     """A scenario document that breaks PROBLEM.md; the message names the field and job."""
 
 
+# Practical limits, beyond PROBLEM.md: past them a file is refused before any
+# array is built (a horizon of 10**9 would otherwise allocate T-sized arrays
+# before the memory guard, gpualloc.memory, could speak). Generous on purpose:
+# a year of hourly steps, a million GPUs and jobs; integers and priorities
+# bounded so that every product fits int64 and every metric stays finite.
+MAX_HORIZON = 100_000
+MAX_GPUS = 1_000_000
+MAX_JOBS = 1_000_000
+MAX_INT = 10**9
+MAX_PRIORITY = 1e9
+
+
+def check_limits(horizon: int, gpus: int, jobs: int, where: str = "scenario") -> None:
+    """Refuse sizes beyond the practical limits, with the limit in the message."""
+    for what, v, hi, unit in (("horizon", horizon, MAX_HORIZON, "timesteps"),
+                              ("GPU count", gpus, MAX_GPUS, "GPUs"),
+                              ("job count", jobs, MAX_JOBS, "jobs")):
+        if v > hi:
+            raise ScenarioError(f"{where}: {what} {v:,} is above gpualloc's limit of {hi:,} "
+                                f"{unit} (see README, Limits)")
+
+
+def _show(v, width: int = 60) -> str:
+    """repr of a value for an error message, cut to one short line."""
+    r = repr(v)
+    return r if len(r) <= width else r[: width - 5] + " ...>"
+
+
 @dataclass
 class Pool:
     name: str
@@ -295,27 +323,31 @@ def _check_keys(doc: dict, where: str, required: set[str], optional: set[str]) -
 def _int(doc: dict, key: str, where: str, lo: int, hi: int | None = None) -> int:
     v = doc[key]
     if not _is_int(v):
-        raise ScenarioError(f"{where}: field '{key}' must be an integer, got {v!r}")
+        raise ScenarioError(f"{where}: field '{key}' must be an integer, got {_show(v)}")
     if v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ScenarioError(f"{where}: field '{key}' must be {rng}, got {v}")
+        raise ScenarioError(f"{where}: field '{key}' must be {rng}, got {_show(v)}")
+    if v > MAX_INT:
+        raise ScenarioError(f"{where}: field '{key}' is {_show(v)}, above gpualloc's limit "
+                            f"of {MAX_INT:,} (see README, Limits)")
     return v
 
 
 def _str(doc: dict, key: str, where: str) -> str:
     v = doc[key]
     if not isinstance(v, str) or not v:
-        raise ScenarioError(f"{where}: field '{key}' must be a non-empty string, got {v!r}")
+        raise ScenarioError(f"{where}: field '{key}' must be a non-empty string, got {_show(v)}")
     return v
 
 
 def _pool(doc, i: int) -> Pool:
     where = f"cluster.pools[{i}]"
     _check_keys(doc, where, {"name", "count", "gpus_per_node", "gpu_type", "memory_gb"}, set())
-    where = f"cluster.pools[{i}] (name {doc['name']!r})"
+    where = f"cluster.pools[{i}] (name {_show(doc['name'])})"
     mem = doc["memory_gb"]
     if not _is_number(mem) or mem <= 0:
-        raise ScenarioError(f"{where}: field 'memory_gb' must be a positive number, got {mem!r}")
+        raise ScenarioError(f"{where}: field 'memory_gb' must be a positive number, "
+                            f"got {_show(mem)}")
     return Pool(name=_str(doc, "name", where), count=_int(doc, "count", where, 1),
                 gpus_per_node=_int(doc, "gpus_per_node", where, 1),
                 gpu_type=_str(doc, "gpu_type", where), memory_gb=mem)
@@ -327,17 +359,23 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
         raise ScenarioError(f"{where}: expected a mapping, got {type(doc).__name__}")
     if "id" in doc:
         if not isinstance(doc["id"], str) or not doc["id"]:
-            raise ScenarioError(f"{where}: field 'id' must be a non-empty string, got {doc['id']!r}")
-        where = f"job {doc['id']!r} (jobs[{i}])"
+            raise ScenarioError(f"{where}: field 'id' must be a non-empty string, "
+                                f"got {_show(doc['id'])}")
+        where = f"job {_show(doc['id'])} (jobs[{i}])"
     kind = doc.get("kind")
     if "kind" in doc and kind not in KINDS:
-        raise ScenarioError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+        raise ScenarioError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, "
+                            f"got {_show(kind)}")
     base = {"id", "kind", "priority", "arrival", "gpus"}
     extra = {"duration"} if kind in RIGID_KINDS else {"demand"} if kind in ELASTIC_KINDS else set()
     _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb"})
     prio = doc["priority"]
     if not _is_number(prio) or prio <= 0:
-        raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, got {prio!r}")
+        raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, "
+                            f"got {_show(prio)}")
+    if prio > MAX_PRIORITY:
+        raise ScenarioError(f"{where}: field 'priority' is {prio:g}, above gpualloc's limit of "
+                            f"{MAX_PRIORITY:g} (only ratios of priorities matter)")
     arrival = _int(doc, "arrival", where, 0, horizon - 1)
     gpus = _int(doc, "gpus", where, 1)
     duration = _int(doc, "duration", where, 1) if kind in RIGID_KINDS else None
@@ -351,20 +389,25 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
         for t, v in enumerate(demand):
             if not _is_int(v) or v < 0:
                 raise ScenarioError(f"{where}: field 'demand' must hold non-negative integers, "
-                                    f"got {v!r} at t={t}")
+                                    f"got {_show(v)} at t={t}")
+            if v > MAX_INT:
+                raise ScenarioError(f"{where}: field 'demand' holds {v} at t={t}, above "
+                                    f"gpualloc's limit of {MAX_INT:,}")
     gpu_types = doc.get("gpu_types")
     if gpu_types is not None:
         if not isinstance(gpu_types, list) or not gpu_types or not all(
                 isinstance(t, str) for t in gpu_types):
             raise ScenarioError(f"{where}: field 'gpu_types' must be a non-empty list of "
-                                f"strings, got {gpu_types!r}")
+                                f"strings, got {_show(gpu_types)}")
         for t in gpu_types:
             if t not in types:
-                raise ScenarioError(f"{where}: field 'gpu_types' names {t!r}, which no pool has "
+                raise ScenarioError(f"{where}: field 'gpu_types' names {_show(t)}, which no "
+                                    f"pool has "
                                     f"(pools have {', '.join(sorted(types))})")
     mem = doc.get("min_memory_gb", 0.0)
     if not _is_number(mem) or mem < 0:
-        raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, got {mem!r}")
+        raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, "
+                            f"got {_show(mem)}")
     return Job(id=doc["id"], kind=kind, priority=prio, arrival=arrival, gpus=gpus,
                duration=duration, demand=list(demand) if demand is not None else None,
                gpu_types=list(gpu_types) if gpu_types is not None else None,
@@ -373,12 +416,17 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
 
 def from_dict(doc) -> Scenario:
     """Validate a scenario document (PROBLEM.md) and build the Scenario."""
+    if doc is None:
+        raise ScenarioError("scenario: the document is empty")
     _check_keys(doc, "scenario", {"name", "horizon", "step_minutes", "cluster", "jobs"}, set())
     name = _str(doc, "name", "scenario")
+    if _is_int(doc["horizon"]):
+        check_limits(doc["horizon"], 0, 0)  # first: the jobs' demand lists are T long
     horizon = _int(doc, "horizon", "scenario", 1)
     step = doc["step_minutes"]
     if not _is_number(step) or step <= 0:
-        raise ScenarioError(f"scenario: field 'step_minutes' must be a positive number, got {step!r}")
+        raise ScenarioError(f"scenario: field 'step_minutes' must be a positive number, "
+                            f"got {_show(step)}")
     _check_keys(doc["cluster"], "cluster", {"pools"}, set())
     pools_doc = doc["cluster"]["pools"]
     if not isinstance(pools_doc, list) or not pools_doc:
@@ -388,6 +436,7 @@ def from_dict(doc) -> Scenario:
         raise ScenarioError("cluster.pools: duplicate pool name")
     if not isinstance(doc["jobs"], list):
         raise ScenarioError("scenario: field 'jobs' must be a list")
+    check_limits(horizon, sum(p.count * p.gpus_per_node for p in pools), len(doc["jobs"]))
     types = {p.gpu_type for p in pools}
     jobs = []
     seen: set[str] = set()
@@ -404,17 +453,27 @@ def load(path: str | Path) -> Scenario:
     """Read a JSON or YAML scenario file; any problem raises ScenarioError."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
-        if path.suffix in (".yaml", ".yml"):
+        if is_yaml:
             doc = yaml.safe_load(text)
         else:
             doc = json.loads(text, parse_constant=_reject_constant)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError(f"{path}: not valid YAML: {e.problem or e.context}{where}") from None
     except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
-        raise ScenarioError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'}: "
-                            f"{str(e).splitlines()[0]}") from None
+        kind = "YAML" if is_yaml else "JSON"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ScenarioError(f"{path}: not valid {kind}: {first}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: nested too deeply to read") from None
     return from_dict(doc)
 
 

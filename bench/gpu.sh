@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The prepared GPU check, in one go, under 8 minutes on one H200:
+#   1. the CUDA tests (pytest -m gpu: kernel step, FIFO and the allocator on
+#      CUDA against the CPU, the memory estimate against the CUDA peak);
+#   2. the GPU ladder of bench/speed.py, 512 x 1500 x 168 up to
+#      4096 x 10000 x 336, with a total time budget so the script ends in time
+#      (rungs it could not start are listed as skipped). Rows are written
+#      after every run, so even a cut ladder leaves its results.
+# Writes under bench/results/: gpu_tests.txt, gpu_smi.txt, speed_gpu.{md,json}.
+#
+#   bash bench/gpu.sh            # from anywhere; runs in the repository root
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python}
+mkdir -p bench/results
+if ! $PY -c "import torch" 2>/dev/null; then
+  echo "bench/gpu.sh: $PY cannot import torch (activate the environment or set PYTHON=...)" >&2
+  exit 2
+fi
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "bench/gpu.sh: no CUDA device (torch.cuda.is_available() is false)" >&2
+  exit 2
+fi
+start=$(date +%s)
+(nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm --format=csv || true) \
+  > bench/results/gpu_smi.txt 2>&1
+$PY -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" \
+  >> bench/results/gpu_smi.txt 2>&1
+
+echo "== pytest -m gpu"
+timeout 150 $PY -m pytest -m gpu -q -rs tests 2>&1 | tee bench/results/gpu_tests.txt
+tests_rc=${PIPESTATUS[0]}
+
+echo "== GPU ladder"
+left=$(( 470 - ($(date +%s) - start) ))   # seconds left of the 8 minutes, with margin
+budget=$(( left - 60 ))
+timeout "$left" $PY bench/speed.py --gpu --budget "$budget" --timeout 240 --name speed_gpu \
+  --note "bench/gpu.sh, total budget ${budget} s"
+ladder_rc=$?
+echo "== done in $(( $(date +%s) - start )) s (tests exit $tests_rc, ladder exit $ladder_rc)"
+exit $(( tests_rc != 0 || ladder_rc != 0 ))

@@ -1,0 +1,67 @@
+"""bench/speed.py works end to end on tiny sizes (the real ladder is run by
+hand, its results committed under bench/results/)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from gpualloc.generate import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def speed():
+    spec = importlib.util.spec_from_file_location("bench_speed", ROOT / "bench" / "speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scaled_mixed_keeps_size_and_load(speed):
+    base = generate(speed.scaled_mixed(64, 244, 168), 0)
+    for G, J, T in [(128, 500, 168), (32, 122, 96)]:
+        s = generate(speed.scaled_mixed(G, J, T), 0)
+        assert (s.G, s.J, s.T) == (G, J, T)
+        assert s.offered_load == pytest.approx(base.offered_load, abs=0.2)
+
+
+def test_quick_ladder_writes_results(speed, tmp_path):
+    rc = speed.main(["--quick", "--sizes", "16x24x24,32x48x24", "--policies",
+                     "fifo,allocator,nonexistent", "--out", str(tmp_path), "--name", "t",
+                     "--set", "solver.local_search_iters=10", "--set", "solver.iterations=10"])
+    assert rc == 0
+    report = json.loads((tmp_path / "t.json").read_text())
+    rows = report["rows"]
+    assert [(r["G"], r["policy"]) for r in rows] == [(16, "fifo"), (16, "allocator"),
+                                                     (32, "fifo"), (32, "allocator")]
+    assert all(r["status"] == "ok" for r in rows)
+    alloc = [r for r in rows if r["policy"] == "allocator"]
+    assert all(r["vs_fifo"] >= 1 - 1e-9 and r["iters_per_s"] > 0 for r in alloc)
+    assert report["exponents"]["allocator"] is not None and report["missing"] == "nonexistent"
+    assert report["commit"] and report["machine"]["cores"] >= 1
+    assert report["solver_overrides"] == {"local_search_iters": 10, "iterations": 10}
+    assert "| 16 x 24 x 24 |" in (tmp_path / "t.md").read_text()
+
+
+def test_fit_exponent(speed):
+    rows = [{"policy": "p", "status": "ok", "cells": c, "wall_s": 2.0 * c ** 1.5}
+            for c in (10, 100, 1000)]
+    assert speed.fit_exponent(rows, "p") == pytest.approx(1.5)
+
+
+def test_markdown_of_a_cuda_row(speed):
+    # The GPU ladder's table, from a made-up row (no GPU here).
+    row = {"G": 4096, "J": 10000, "T": 336, "cells": 4096 * 10000 * 336, "policy": "allocator",
+           "status": "ok", "wall_s": 50.0, "peak_bytes": 60 * 2**30, "estimate_bytes": 56 * 2**30,
+           "representation": "dense", "copy_bandwidth_gbs": 4000.0, "floor_step_s": 0.0276,
+           "kernel_step_s": 0.05, "kernel_vs_floor": 1.81, "relax_iter_s": 0.06,
+           "relax_iter_vs_floor": 2.17}
+    report = {"ladder": "gpu", "commit": "abc", "date": "now", "command": "x", "note": "",
+              "load_start": "0", "load_end": "0", "rows": [row], "exponents": {"allocator": None},
+              "machine": {"cpu": "c", "cores": 16, "torch_threads": 16, "torch": "2",
+                          "gpu": "H200, 139 GiB", "triton": True}}
+    text = speed.markdown(report)
+    assert "| 4096 x 10000 x 336 | 4000 | 27.60 | 50.00 | 1.81 | 60.00 | 2.17 |" in text
+    assert "torch.cuda.max_memory_allocated" in text
