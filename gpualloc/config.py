@@ -218,7 +218,8 @@ class ExactConfig:
     """CP-SAT wall-clock limit; at the limit the best plan found is returned
     with its proven bound (optimal: false)."""
     workers: int = 0
-    """CP-SAT search workers; 0: CP-SAT picks from the number of cores."""
+    """CP-SAT search workers; 0: CP-SAT picks from the number of cores. Only 1
+    makes the search repeatable (the parallel portfolio races its workers)."""
     max_variables: int = 200_000
     """Refuse above this many Boolean candidates ((rigid job, start, block) and
     (elastic job, block, t)): CP-SAT would not prove anything in useful time.
