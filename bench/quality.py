@@ -120,6 +120,9 @@ def run_small(seeds, cfg: RunConfig, device, log) -> list[dict]:
             r["gap"] = gap(r["objective"], bound)
             if name != "exact":
                 r["cpsat_s_to_match"] = time_to_reach(info["trajectory"], r["objective"])
+                # What a user waits for: building the model counts too.
+                r["cpsat_wall_to_match"] = (None if r["cpsat_s_to_match"] is None
+                                            else info["build_s"] + r["cpsat_s_to_match"])
         rows.append(row)
         log(f"small seed {seed:3d}: " + "  ".join(
             f"{n} {pct(r['gap'])}" for n, r in row["policies"].items())
@@ -176,10 +179,13 @@ def summarize(small: list[dict], seven: list[dict]) -> dict:
             level = [r["policies"]["allocator"]["objective"] >= r["policies"]["greedy"]["objective"]
                      - 1e-9 for r in small]
             out["small_allocator_at_least_greedy"] = sum(level) / len(level)
-            # The allocator's wall time over CP-SAT's time to reach the same objective
-            # (None where CP-SAT never reached it within its limit).
-            ratios = [r["policies"]["allocator"]["wall_s"] / r["policies"]["allocator"]["cpsat_s_to_match"]
-                      for r in small if r["policies"]["allocator"].get("cpsat_s_to_match")]
+            # The allocator's wall time over CP-SAT's wall time (model build plus
+            # solve) to reach the same objective; seeds where CP-SAT never reached
+            # it within its limit are counted apart.
+            ratios = [r["policies"]["allocator"]["wall_s"] / r["policies"]["allocator"]["cpsat_wall_to_match"]
+                      for r in small if r["policies"]["allocator"].get("cpsat_wall_to_match")]
+            out["small_allocator_not_reached_by_cpsat"] = sum(
+                r["policies"]["allocator"].get("cpsat_wall_to_match") is None for r in small)
             out["small_allocator_time_over_cpsat_median"] = (statistics.median(ratios)
                                                              if ratios else None)
             out["small_allocator_time_over_cpsat_at_most_tenth"] = (
@@ -271,14 +277,17 @@ def markdown(result: dict) -> str:
                       f"{pct(summ['small_allocator_at_least_greedy'])}; median share of the "
                       f"FIFO-to-optimum gap captured: "
                       f"{pct(summ['small_allocator_gap_captured_median'])}. Allocator wall time "
-                      f"over CP-SAT's time to reach the same objective: median "
-                      f"{'-' if ratio is None else f'{ratio:.2f}'}, at most 0.1 on "
-                      f"{pct(summ['small_allocator_time_over_cpsat_at_most_tenth'])} of the seeds."]
+                      f"over CP-SAT's wall time (model build and solve) to reach the same "
+                      f"objective: median {'-' if ratio is None else f'{ratio:.2f}'}, at most "
+                      f"0.1 on {pct(summ['small_allocator_time_over_cpsat_at_most_tenth'])} of "
+                      f"the seeds CP-SAT reached; CP-SAT never reached the allocator's objective "
+                      f"within its limit on {summ['small_allocator_not_reached_by_cpsat']}."]
         else:
             lines += ["", "No allocator in the registry on this commit: its columns are absent."]
         matched = [n for n in ("greedy", "allocator") if n in names]
-        lines += ["", "Per seed (gap; CP-SAT status and solve time; CP-SAT seconds to reach "
-                  "each heuristic's objective, and the heuristic's own seconds):", "",
+        lines += ["", "Per seed (gap; CP-SAT status and solve time; CP-SAT seconds, model "
+                  "build included, to reach each heuristic's objective, and the heuristic's "
+                  "own seconds):", "",
                   "| seed | load | " + " | ".join(names) + " | CP-SAT | "
                   + " | ".join(f"CP-SAT s to {n} / {n} s" for n in matched) + " |",
                   "|---|---|" + "---|" * len(names) + "---|" + "---|" * len(matched)]
@@ -286,7 +295,7 @@ def markdown(result: dict) -> str:
             ex = r["policies"]["exact"]
             cells = []
             for n in matched:
-                match = r["policies"][n].get("cpsat_s_to_match")
+                match = r["policies"][n].get("cpsat_wall_to_match")
                 cells.append(("-" if match is None else f"{match:.2f}")
                              + f" / {r['policies'][n]['wall_s']:.2f}")
             lines.append(f"| {r['seed']} | {r['offered_load']:.2f} | " + " | ".join(
