@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,31 +21,14 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from bench.common import SEVEN, git_commit, machine
 from gpualloc.check import check
 from gpualloc.config import register_configs
 from gpualloc.generate import generate
 from gpualloc.metrics import gains, metrics
 from gpualloc.policies import POLICIES
 
-SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
-         "heterogeneous", "low_contention"]
 PUBLISHED = {"best_utilization_points": 33.0, "best_weighted_throughput_pct": 105.0}
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    return {"cpu": cpu, "cores": torch.get_num_threads(), "torch": torch.__version__,
-            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "commit": commit or "unknown", "python": platform.python_version()}
 
 
 def run(seeds: list[int], overrides: list[str], policies: list[str]) -> list[dict]:
@@ -108,8 +89,9 @@ def summarize(rows: list[dict], policy: str) -> dict:
 
 def markdown(summary: dict, info: dict, seeds: list[int], policy: str) -> str:
     lines = [f"# FIFO vs {policy} on the seven benchmark scenarios", "",
-             f"Seeds {seeds}; commit {info['commit']}; {info['cpu']}, {info['cores']} threads; "
-             f"torch {info['torch']}; device cpu. Means over seeds; every plan checked.", "",
+             f"Seeds {seeds}; commit {info['commit']}; {info['cpu']}, {info['cores']} cores; "
+             f"torch {info['torch']}; device cpu; load average at start "
+             f"{info.get('load_average_at_start', '-')}. Means over seeds; every plan checked.", "",
              "| scenario | load | FIFO util % | util % | +pts | wthr gain % | FIFO SLO | SLO | "
              "wall s (mean / max) | above FIFO, every seed |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -141,9 +123,9 @@ def main() -> None:
     args = parser.parse_args()
     overrides = ["solver.iterations=10", "solver.local_search_iters=10"] if args.quick else []
     seeds = list(range(args.seeds))
+    info = {**machine(), "commit": git_commit(short=True)}  # before the runs: what they ran on
     rows = run(seeds, overrides, ["fifo", args.policy])
     summary = summarize(rows, args.policy)
-    info = machine()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(summary, info, seeds, args.policy)

@@ -20,16 +20,14 @@ import argparse
 import copy
 import importlib
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from bench.common import ROOT, SEVEN, git_commit, machine
 from gpualloc.check import check
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import gains, metrics
@@ -38,10 +36,7 @@ from gpualloc.policies import POLICIES
 from gpualloc.run import build_scenario
 from gpualloc.scenario import ScenarioError
 
-SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
-         "heterogeneous", "low_contention"]
 TRACES = ["alibaba"]  # file scenarios: one run, seeds do not change them
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def composed(name: str, seed: int):
@@ -76,22 +71,8 @@ def plan_with(name, policy, s, cfg, device):
     return policy(s, cfg, device)
 
 
-def machine() -> dict:
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        commit += "-dirty" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "torch": torch.__version__, "gpu": gpu, "commit": commit}
-
-
 def bench(args) -> dict:
-    where = machine()  # before the runs: the commit they ran
+    where = {**machine(), "commit": git_commit()}  # before the runs: what they ran on
     device = torch.device(args.device)
     extra = dict(load_extra(e) for e in args.extra_policy or [])
     names = [p for p in (args.policies or list(POLICIES)) if p != "fifo"] + list(extra)
@@ -163,7 +144,7 @@ def markdown(result: dict) -> str:
         f"util {'offline' if m == 'offline' else f'online {f}'}" for m, f in cols] + [
         "wall online s"]
     lines = ["# Offline and online gains over FIFO", "",
-             f"Machine: {result['machine']['processor']}, {result['machine']['cpus']} CPUs, "
+             f"Machine: {result['machine']['cpu']}, {result['machine']['cores']} CPUs, "
              f"GPU {result['machine']['gpu'] or 'none'}, torch {result['machine']['torch']}; "
              f"commit `{result['machine']['commit']}`.", "", f"`{result['command']}`", "",
              f"Weighted throughput gain in percent and utilization gain in points over FIFO's "

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -35,6 +32,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from bench.common import SEVEN, git_commit, machine
 from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,
                              RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                              register_configs)
@@ -43,9 +41,6 @@ from gpualloc.exact import exact, lp_relaxation, model_size
 from gpualloc.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
-
-SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
-         "heterogeneous", "low_contention"]
 
 # Random small scenarios that CP-SAT proves optimal in seconds on 2 cores
 # (most in under 3 s; about 1 in 10 still open at 30 s). Two 4-GPU H100
@@ -206,40 +201,6 @@ def summarize(small: list[dict], seven: list[dict]) -> dict:
             for n in rs[0]["policies"]}
         out["seven"][name]["lp_s"] = statistics.mean(r["lp_s"] for r in rs)
     return out
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "platform": platform.platform()}
-    try:
-        import highspy  # noqa: F401
-        import ortools
-        info["ortools"] = ortools.__version__
-    except ImportError:
-        pass
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    try:
-        info["load_average_at_start"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
-
-
-def git_commit() -> str:
-    def git(*args):
-        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
-    commit = git("rev-parse", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return commit + (" (with uncommitted changes)" if dirty else "")
 
 
 def pct(v: float | None) -> str:

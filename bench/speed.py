@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -43,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+from bench.common import git_commit, machine  # noqa: E402
 
 # (G, J, T). The first rung is `mixed` itself (64 GPUs, 244 jobs, a week).
 CPU_LADDER = [(32, 122, 96), (64, 244, 168), (128, 500, 168), (256, 1000, 168),
@@ -235,46 +236,6 @@ def _child(spec: dict, timeout: float) -> dict:
 
 # ---- the report -------------------------------------------------------------------------------
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "platform": platform.platform()}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        info["gpu"] = f"{p.name}, {p.total_memory / 2**30:.0f} GiB"
-    try:
-        from gpualloc.kernels.pgd import triton_available
-        info["triton"] = triton_available()
-    except ImportError:
-        pass
-    return info
-
-
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def fit_exponent(rows: list[dict], policy: str) -> float | None:
     """Slope of log(wall) against log(G x J x T), least squares."""
     pts = [(math.log(r["cells"]), math.log(r["wall_s"])) for r in rows
@@ -315,7 +276,7 @@ def markdown(report: dict) -> str:
     lines = [f"# Speed and scale: {report['ladder']} ladder", "",
              f"- commit `{report['commit']}`, {report['date']}",
              f"- machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch_threads']}), "
-             f"{m.get('memory_gib', '?')} GiB; GPU: {m.get('gpu', 'none')}; "
+             f"{m.get('memory_gib', '?')} GiB; GPU: {m.get('gpu') or 'none'}; "
              f"torch {m['torch']}; Triton {'yes' if m.get('triton') else 'no'}",
              f"- load average at start / end: {report['load_start']} / {report['load_end']}",
              f"- command: `{report['command']}`",
@@ -435,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not registered on this commit, skipped: {', '.join(missing)}")
 
-    report = {"ladder": ladder, "commit": git_commit(), "machine": machine(),
+    report = {"ladder": ladder, "commit": git_commit(short=True), "machine": machine(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/speed.py " + " ".join(sys.argv[1:] if argv is None
                                                              else argv),

@@ -1,0 +1,69 @@
+"""What every benchmark records beside its numbers: the scenarios it runs, the
+machine and the commit."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantization_burst",
+         "heterogeneous", "low_contention"]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    info = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "gpu": None}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = f"{p.name}, {p.total_memory / 2**30:.0f} GiB"
+    try:
+        from gpualloc.kernels.pgd import triton_available
+        info["triton"] = triton_available()
+    except ImportError:
+        pass
+    try:
+        import ortools
+        info["ortools"] = ortools.__version__
+    except ImportError:
+        pass
+    try:
+        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def git_commit(short: bool = False) -> str:
+    """HEAD, marked when tracked files differ from it: the numbers then belong
+    to no commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+    try:
+        head = git("rev-parse", *(["--short"] if short else []), "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + (" (with uncommitted changes)" if dirty else "")
