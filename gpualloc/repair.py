@@ -147,15 +147,21 @@ class Schedule:
             self.subset_pools = torch.zeros(0, P, dtype=torch.bool, device=dev)
             self.slack = torch.zeros(0, self.T, dtype=torch.long, device=dev)
             self.subset_priority = torch.zeros(0, dtype=torch.float64, device=dev)
+            self.subset_replica = torch.ones(0, dtype=torch.long, device=dev)
         else:
             sp = torch.tensor(subsets, dtype=torch.bool, device=dev)  # (U, P)
             self.subset_pools = sp
             pc = s.pool_compat.to(dev)
             need = torch.zeros(len(subsets), self.T, dtype=torch.long, device=dev)
             self.subset_priority = torch.zeros(len(subsets), dtype=torch.float64, device=dev)
+            self.subset_replica = torch.ones(len(subsets), dtype=torch.long, device=dev)
             for j in self.elastic:
                 inside = (~pc[j][None, :] | sp).all(1)  # job's pools within the subset
                 need[inside] += demand[j] * self.gpus[j]
+                # The subset's replica size: its top-priority job's, whose
+                # priority prices the displaced service.
+                top = inside & (self.subset_priority < self.priority[j])
+                self.subset_replica[top] = self.gpus[j]
                 self.subset_priority[inside] = self.subset_priority[inside].clamp(
                     min=self.priority[j])
             gpu_in = sp[:, self.gpu_pool]  # (U, G)
@@ -205,11 +211,19 @@ class Schedule:
             self._runs[k] = _row_min(self._runs[1], k)
         return self._runs[k]
 
+    def _lack(self, k: int, slack: torch.Tensor) -> torch.Tensor:
+        """Elastic GPUs a k-GPU job takes from the demand of each subset with
+        `slack` (U, ...) GPUs to spare, in whole replicas: a replica short of
+        one GPU does not run at all."""
+        lack = (k - slack.clamp(min=0)).clamp(min=0, max=k)
+        size = self.subset_replica.view(-1, *[1] * (slack.dim() - 1))
+        return ((lack + size - 1) // size * size).double()
+
     def _displaced(self, k: int, d: int) -> torch.Tensor:
         """(P, T): priority-weighted elastic GPU-steps a k-GPU run of d steps
         starting at t in pool p would take from the known elastic demand."""
         if (k, d) not in self._cost:
-            lack = (k - self.slack.clamp(min=0)).clamp(min=0, max=k).double()  # (U, T)
+            lack = self._lack(k, self.slack)  # (U, T)
             cs = torch.zeros(self.n_subsets, self.T + 1, dtype=torch.float64, device=self.device)
             cs[:, 1:] = torch.cumsum(lack, 1)
             end = torch.clamp(self.t + d, max=self.T)
@@ -315,7 +329,7 @@ class Schedule:
             if not ok.any():
                 if not displace:
                     return None, True
-                lack = (k - window.clamp(min=0)).clamp(min=0, max=k).sum(1).double()  # (U,)
+                lack = self._lack(k, window).sum(1)  # (U,)
                 cost = torch.where(self.subset_pools, (lack * self.subset_priority)[:, None],
                                    torch.zeros((), dtype=torch.float64, device=self.device))
                 net = self.priority[j] * k * length - cost.amax(0)[self.block_pool[c]]  # (B,)
