@@ -416,6 +416,14 @@ class Schedule:
     def value(self) -> float:
         return self.rigid_value() + float(self.elastic_value.sum())
 
+    def earliness(self) -> int:
+        """Priority-weighted GPU-steps between the rigid jobs' starts and the
+        horizon: among plans of equal value, the one that starts important
+        work sooner. The objective does not see when work runs, but a plan
+        that is replanned (online mode) loses what it postponed."""
+        return sum(self.priority[j] * self.gpus[j] * (self.T - self.start[j])
+                   for j in range(self.s.J) if self.start[j] >= 0)
+
     # ---- plans -----------------------------------------------------------------------------
     def owner(self) -> torch.Tensor:
         owner = torch.where(self.rigid_owner >= 0, self.rigid_owner, self.fixed)
@@ -576,6 +584,9 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
     s, T = sched.s, sched.T
     stats = SearchStats(start_value=sched.value())
     best = stats.start_value
+    # The walk moves freely across plans of equal value; what it returns is
+    # the best it saw, ties going to the earliest.
+    kept, kept_early = None, sched.earliness()
     n_nodes = len(s.node_first_gpu)
     node_of = sched.gpu_node.tolist()
     stale = 0
@@ -638,13 +649,21 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         stats.iterations += 1
         if value >= best - 1e-9:
             stats.accepted += 1
+            early = sched.earliness()
             if value > best + 1e-9:
                 stats.improved += 1
                 stale = 0
+                kept, kept_early = None, early
+            elif early > kept_early:
+                kept, kept_early = None, early
+            elif early < kept_early and kept is None:
+                kept = snap  # the plan before this move: as good, and earlier
             best = value
         else:
             sched.restore(snap)
         if progress is not None:
             progress(it, best)
+    if kept is not None:
+        sched.restore(kept)
     stats.end_value = best
     return stats

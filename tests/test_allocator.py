@@ -110,3 +110,28 @@ def test_packed_plans_pass_the_checker():
     plan = allocator(s, SolverConfig(iterations=10, local_search_iters=10, progress=False,
                                      grid="packed", window_slack=4))
     assert plan.info["representation"] == "packed" and check(s, plan.owner).ok
+
+
+def test_local_search_returns_the_earliest_plan_of_its_best_value():
+    # Two 4-GPU jobs on one 4-GPU node: b placed late is worth as much as b
+    # placed right after a (both end inside the horizon), so only the
+    # tie-break on earliness can bring it forward, and online replanning
+    # relies on it (a plan that postpones what it could start now loses
+    # that work at the next replan).
+    from gpualloc.repair import Schedule, improve
+
+    s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": "a", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+                  "duration": 3},
+                 {"id": "b", "kind": "batch_inference", "priority": 2, "arrival": 0,
+                  "gpus": 4, "duration": 3}]})
+    sched = Schedule(s, "cpu")
+    sched.place(0, 0, 0)
+    sched.place(1, 8, 0)
+    sched.fill_elastic()
+    before = sched.value()
+    stats = improve(sched, 30, seed=0)
+    assert stats.end_value == before == sched.value()
+    assert sched.start == [0, 3]
+    assert check(s, sched.owner()).ok
