@@ -76,7 +76,6 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     G, J, T = s.G, s.J, s.T
     dtype = DTYPES[cfg.dtype]
     compat = (s.compat & planned[:, None]).to(device)  # (J, G)
-    arrival = s.arrival.to(device)
     free = (s.fixed < 0).to(device) if s.fixed is not None else torch.ones(
         G, T, dtype=torch.bool, device=device)
     rigid = s.rigid.to(device)

@@ -361,7 +361,7 @@ def _pool_lp(s: Scenario):
     """Per pool and t, the GPUs held at most the pool's GPUs not fixed.
     Rigid variables per (job, start, pool), elastic per (job, pool, t) with
     up to `need` replicas."""
-    G, T = s.G, s.T
+    T = s.T
     fixed = _fixed(s)
     n_pools = len(s.pools)
     gpu_pool = s.gpu_pool.numpy()

@@ -105,7 +105,7 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
 class _Greedy:
     def __init__(self, s: Scenario, cfg: GreedyConfig, device: torch.device):
         self.s, self.cfg, self.dev = s, cfg, device
-        G, T = s.G, s.T
+        T = s.T
         fixed = fixed_grid(s, device)
         self.owner = fixed.clone()  # (G, T) int64
         self.busy = fixed >= 0  # (G, T) bool: cells held by fixed cells or started rigid jobs
@@ -339,7 +339,6 @@ class _Greedy:
         """EASY: reserve the earliest (time > t, block) at which j could start:
         beside the started jobs and the elastic footprint, or earlier on a
         block the elastic demand re-packs around (or, displacing, gives up)."""
-        s, k = self.s, self.gpus[j]
         self.refresh(t)
         safe = self.earliest(j, t, self.P)
         hard = self.earliest(j, t, self.P_hard) if allow_repack and self.cfg.demand_aware else None
@@ -418,7 +417,7 @@ class _Greedy:
     def serve_elastic(self, t: int) -> None:
         if not self.elastic:
             return
-        s, G = self.s, self.s.G
+        G = self.s.G
         w = [self.weight[e] for e in self.elastic]
         need = [int(v) for v in self.need[self.elastic, t].tolist()]
         # Best fit, replica by replica.

@@ -4,7 +4,6 @@ priority first, lowest free blocks; then rigid jobs by priority, each at its
 earliest start on the lowest free block. Not a good policy: a correct one."""
 from __future__ import annotations
 
-import torch
 
 from gpualloc.blocks import Packer, cover, first_n, free_blocks, prefix
 from gpualloc.plan import IDLE, Plan, empty_owner

@@ -1,5 +1,4 @@
 import pytest
-import torch
 from hypothesis import given
 
 from gpualloc.check import check

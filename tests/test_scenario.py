@@ -2,7 +2,6 @@ import copy
 import json
 
 import pytest
-import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
