@@ -37,7 +37,7 @@ from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,
                              RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                              register_configs)
 from gpualloc.check import check
-from gpualloc.exact import exact, lp_relaxation, model_size
+from gpualloc.policies.exact import exact, lp_relaxation, model_size
 from gpualloc.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES

@@ -182,7 +182,7 @@ class SolverConfig:
 
 @dataclass
 class GreedyConfig:
-    """Priority backfilling (gpualloc.greedy): what a careful Slurm or Kueue
+    """Priority backfilling (gpualloc.policies.greedy): what a careful Slurm or Kueue
     operator runs today. The defaults are the strong setting; the switches
     exist for ablations and tests, never to weaken the benchmark reference."""
 
@@ -212,7 +212,7 @@ class GreedyConfig:
 
 @dataclass
 class ExactConfig:
-    """The CP-SAT optimum (gpualloc.exact) and the LP upper bound."""
+    """The CP-SAT optimum (gpualloc.policies.exact) and the LP upper bound."""
 
     time_limit_s: float = 30.0
     """CP-SAT wall-clock limit; at the limit the best plan found is returned
@@ -223,7 +223,7 @@ class ExactConfig:
     max_variables: int = 200_000
     """Refuse above this many Boolean candidates ((rigid job, start, block) and
     (elastic job, block, t)): CP-SAT would not prove anything in useful time.
-    Use the LP bound (gpualloc.exact.lp_bound) for larger scenarios."""
+    Use the LP bound (gpualloc.policies.exact.lp_bound) for larger scenarios."""
     hint: bool = True
     """Start CP-SAT from greedy's plan (a feasible solution from the first second)."""
     lp: bool = True

@@ -6,7 +6,7 @@ kill.
 Two estimates, both honest upper bounds (tests/test_memory.py measures the
 real peak on the CPU and checks it stays below them):
 
-- `grid_bytes`: the allocator's relaxation (gpualloc.allocator.relax) in the
+- `grid_bytes`: the allocator's relaxation (gpualloc.policies.allocator.relax) in the
   representation it picks: the dense grid x (G, J, T) of `SolverConfig.dtype`,
   or the packed grid (G, L) of only the cells a job can ever hold, and what
   one step needs beside it. On CUDA the fused Triton kernel updates the dense
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from gpualloc.policies.allocator.grid import packed_columns, representation
 from gpualloc.scenario import Scenario, ScenarioError
 
 GiB = 2**30
@@ -57,26 +58,6 @@ def _uses_reference(device: torch.device) -> bool:
         return True
     from gpualloc.kernels.pgd import triton_available
     return not triton_available()
-
-
-def representation(s: Scenario, cfg, device: torch.device | str) -> str:
-    """The grid gpualloc.allocator.Grid builds for `s` under `cfg` (a
-    SolverConfig): cfg.grid, or for auto, packed on the CPU above
-    cfg.dense_max_cells cells and dense otherwise."""
-    if cfg.grid != "auto":
-        return cfg.grid
-    cpu = torch.device(device).type == "cpu"
-    return "packed" if cpu and s.G * s.J * s.T > cfg.dense_max_cells else "dense"
-
-
-def packed_columns(s: Scenario, window_slack: int) -> int:
-    """L, the packed grid's columns: per job the timesteps it can ever hold
-    (from arrival; a rigid job at most window_slack + duration of them)."""
-    if s.J == 0:
-        return 0
-    end = torch.where(s.rigid, torch.clamp(s.arrival + window_slack + s.duration, max=s.T),
-                      torch.full_like(s.arrival, s.T))
-    return int((end - s.arrival).clamp(min=0).sum())
 
 
 def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",

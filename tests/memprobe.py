@@ -13,10 +13,10 @@ import sys
 
 import torch
 
-from gpualloc.allocator import relax
+from gpualloc.policies.allocator import relax
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 from gpualloc.memory import grid_bytes, measure_rss_peak, scenario_bytes
 from gpualloc.metrics import metrics
 from gpualloc.scenario import from_dict

@@ -2,10 +2,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpualloc.allocator import allocator, relax, round_starts
+from gpualloc.policies.allocator import allocator, relax, round_starts
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 from gpualloc.metrics import weighted_throughput
 from gpualloc.scenario import from_dict
 from strategies import scenarios
@@ -118,7 +118,7 @@ def test_local_search_returns_the_earliest_plan_of_its_best_value():
     # tie-break on earliness can bring it forward, and online replanning
     # relies on it (a plan that postpones what it could start now loses
     # that work at the next replan).
-    from gpualloc.repair import Schedule, improve
+    from gpualloc.policies.allocator.repair import Schedule, improve
 
     s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [
         {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},

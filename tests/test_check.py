@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from gpualloc.check import check
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 from gpualloc.plan import from_dense, save_plan, to_dense
 from gpualloc.scenario import from_dict
 from strategies import scenarios

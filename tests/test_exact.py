@@ -9,10 +9,10 @@ from gpualloc.check import check  # noqa: E402
 from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  # noqa: E402
                              RealtimeWorkloadConfig, RigidWorkloadConfig)
 from gpualloc.generate import generate  # noqa: E402
-from gpualloc.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
+from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
                             lp_relaxation)
-from gpualloc.fifo import fifo  # noqa: E402
-from gpualloc.greedy import greedy  # noqa: E402
+from gpualloc.policies.fifo import fifo  # noqa: E402
+from gpualloc.policies.greedy import greedy  # noqa: E402
 from gpualloc.metrics import weighted_throughput  # noqa: E402
 from gpualloc.scenario import ScenarioError  # noqa: E402
 from strategies import scenarios  # noqa: E402

@@ -3,7 +3,7 @@ from hypothesis import given
 
 from gpualloc.check import check
 from gpualloc.config import FifoConfig
-from gpualloc.fifo import fifo, reservation
+from gpualloc.policies.fifo import fifo, reservation
 from gpualloc.scenario import from_dict
 from strategies import scenarios
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpualloc.allocator import allocator
+from gpualloc.policies.allocator import allocator
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 from gpualloc.generate import generate
 from gpualloc.kernels.pgd import pgd_step, pgd_step_ref
 from gpualloc.memory import grid_bytes
@@ -55,7 +55,7 @@ def test_allocator_on_cuda_is_feasible_and_not_below_fifo():
 
 
 def test_grid_estimate_bounds_cuda_peak():
-    from gpualloc.allocator import relax
+    from gpualloc.policies.allocator import relax
     s = generate(composed("+scenario=mixed").scenario, 0)
     cfg = SolverConfig(iterations=3, progress=False)
     torch.cuda.synchronize()

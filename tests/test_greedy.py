@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 from gpualloc.check import check
 from gpualloc.config import GreedyConfig
-from gpualloc.fifo import fifo
-from gpualloc.greedy import greedy
+from gpualloc.policies.fifo import fifo
+from gpualloc.policies.greedy import greedy
 from gpualloc.metrics import weighted_throughput
 from gpualloc.scenario import Scenario
 from strategies import scenarios

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from fixed_policy import fixed_greedy
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig, RunConfig
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, forecast, online, run_policy, visible
 from gpualloc.plan import Plan, empty_owner
 from gpualloc.policies import POLICIES

@@ -19,7 +19,7 @@ from test_run import composed
 ALT_POLICY = """
 import gpualloc.policies as P
 from gpualloc.config import FifoConfig
-from gpualloc.fifo import fifo
+from gpualloc.policies.fifo import fifo
 P.POLICIES["fifo_r0"] = lambda s, cfg, device: fifo(s, FifoConfig(reserve=0), device)
 from gpualloc.run import main
 main()

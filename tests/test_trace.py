@@ -64,7 +64,7 @@ def test_every_policy_plans_the_trace(week):
     s = week.scenario
     for name in POLICIES:
         if name == "exact":
-            from gpualloc.exact import ExactTooLarge
+            from gpualloc.policies.exact import ExactTooLarge
             with pytest.raises(ExactTooLarge, match="above exact.max_variables"):
                 run_policy(name, s, RunConfig(policies=[name]), "cpu")
             continue

@@ -159,7 +159,7 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
         raise ExactTooLarge(
             f"exact: scenario {s.name!r} needs {size:,} CP-SAT variables, above "
             f"exact.max_variables={cfg.max_variables:,} (raise it, or use the LP bound "
-            f"gpualloc.exact.lp_bound for scenarios this large)")
+            f"gpualloc.policies.exact.lp_bound for scenarios this large)")
     m = build_model(s)
     info: dict = {"variables": m.size}
 
@@ -190,7 +190,7 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
 
     hint = None
     if cfg.hint and m.size:
-        from gpualloc.greedy import greedy
+        from gpualloc.policies.greedy import greedy
         hint = greedy(s, GreedyConfig(), "cpu").owner
         for i, v in enumerate(_hint_values(s, m, hint)):
             model.add_hint(x[i], bool(v))
@@ -222,7 +222,7 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
                     optimal=status == cp_model.OPTIMAL, solution="cp-sat")
     else:
         # No solution within the limit: greedy's plan is still a plan.
-        from gpualloc.greedy import greedy
+        from gpualloc.policies.greedy import greedy
         owner = hint if hint is not None else greedy(s, GreedyConfig(), "cpu").owner
         info.update(objective=weighted_throughput(s, owner), best_bound=None, optimal=False,
                     solution="greedy (CP-SAT found none in time)")

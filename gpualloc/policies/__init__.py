@@ -17,24 +17,24 @@ Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
 
 
 def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    from gpualloc.fifo import fifo
+    from gpualloc.policies.fifo import fifo
     return fifo(s, cfg.fifo, device)
 
 
 def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    from gpualloc.allocator import allocator
+    from gpualloc.policies.allocator import allocator
     from gpualloc.memory import fit_grid
     # Before the grid exists: the representation that fits, or a clear error.
     return allocator(s, fit_grid(s, cfg.solver, device), device)
 
 
 def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    from gpualloc.greedy import greedy
+    from gpualloc.policies.greedy import greedy
     return greedy(s, cfg.greedy, device)
 
 
 def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    from gpualloc.exact import exact
+    from gpualloc.policies.exact import exact
     return exact(s, cfg.exact, device, seed=cfg.seed)
 
 

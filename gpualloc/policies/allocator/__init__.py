@@ -1,0 +1,117 @@
+"""The constrained allocator.
+
+1. Relax: the plan as a dense grid x[g, j, t] in [0, 1] on the device, cells
+   that PROBLEM.md forbids (before arrival, incompatible GPU, decided before
+   planning) fixed at 0. Maximize the priority-weighted useful work minus
+   penalties for what the relaxation lets slip: capacity (more than one job
+   on a GPU-timestep), gang size (a rigid job's mass at a timestep above its
+   `gpus`), job area (a rigid job's mass above gpus x duration), elastic
+   mass above demand, and broken runs in time (a rigid job's mass should
+   stay on the same GPUs from one step to the next). Projected gradient
+   ascent, the penalty weight growing geometrically over the steps; one fused
+   kernel per step (kernels/pgd.py).
+2. Round: each rigid job's start is the window of its duration that holds the
+   most relaxed mass; the jobs that hold enough of their mass there (a few
+   thresholds, each one rounding) are ordered by that start, the rest by
+   priority.
+3. Repair (gpualloc.policies.allocator.repair): place the jobs in that order at their rounded
+   start when it is free, else at their earliest feasible start, where the
+   known elastic demand still fits; fill what is left with elastic replicas,
+   highest priority first. Feasible whatever the relaxation did. The same
+   repair from plain priority order, and FIFO's placement, compete; the best
+   plan goes on.
+4. Improve: local search on the exact objective (ruin and recreate, and
+   forcing in waiting jobs the relaxation wanted), never accepting a worse plan.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from gpualloc import progress
+from gpualloc.config import SolverConfig
+from gpualloc.plan import Plan
+from gpualloc.policies.allocator.relax import relax
+from gpualloc.policies.allocator.repair import (adopt, build, build_parallel, fixed_jobs,
+                                                improve, priority_order)
+from gpualloc.policies.allocator.round import relaxed_order, round_starts
+from gpualloc.policies.fifo import fifo
+from gpualloc.scenario import Scenario
+
+
+@contextmanager
+def _cpu_threads(device: torch.device, n: int):
+    # The repair's tensors are small (G x T) and a relaxation step is a few
+    # passes over memory: more threads gain little, and where a core is
+    # busy with anything else torch's thread pool spins and runs ~10x slower
+    # (measured: 1.4 s on one thread, 13.8 s on two, beside one busy process).
+    if device.type != "cpu" or n <= 0:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def allocator(s: Scenario, cfg: SolverConfig | None = None,
+              device: torch.device | str = "cpu") -> Plan:
+    cfg = cfg or SolverConfig()
+    device = torch.device(device)
+    info: dict = {}
+    clock = time.perf_counter()
+    planned = ~fixed_jobs(s) & ~s.unplaceable
+    roundings = {}  # name -> (builder, order, starts to try first or None)
+    guide = None
+    if cfg.rounding in ("relaxed", "best") and s.J:
+        with _cpu_threads(device, cfg.cpu_threads):
+            C, last, info["representation"] = relax(s, cfg, device, planned)
+        start, score = round_starts(s, C)
+        guide = (score.tolist(), start.tolist())
+        for th in cfg.rounding_thresholds:
+            order = relaxed_order(s, start, score, th)
+            at = {j: int(start[j]) for j in range(s.J) if score[j] >= th}
+            roundings[f"serial/relaxed@{th:g}"] = ("serial", order, None)
+            roundings[f"serial/relaxed@{th:g}+start"] = ("serial", order, at)
+            roundings[f"parallel/relaxed@{th:g}"] = ("parallel", order, None)
+        info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
+        info["column_excess"], info["area_excess"] = last[2], last[3]
+    info["relax_s"] = time.perf_counter() - clock
+    if cfg.rounding in ("priority", "best") or not roundings:
+        roundings["serial/priority"] = ("serial", priority_order(s), None)
+        roundings["parallel/priority"] = ("parallel", priority_order(s), None)
+
+    clock = time.perf_counter()
+    with _cpu_threads(device, cfg.cpu_threads):
+        built = {name: build(s, order, device, cfg.demand_aware, at) if how == "serial"
+                 else build_parallel(s, order, device, cfg.demand_aware)
+                 for name, (how, order, at) in roundings.items()}
+        if s.fixed is None:
+            # FIFO's placement competes too, so the search never starts below the baseline.
+            built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
+        values = {name: sched.value() for name, sched in built.items()}
+        chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
+        sched = built[chosen]
+        info["repair_values"], info["rounding"] = values, chosen
+        info["repair_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        bar = progress.bar(total=cfg.local_search_iters, desc=f"search {s.name}", unit="move",
+                           leave=False, disable=not cfg.progress)
+
+        def tick(_, value):
+            bar.set_postfix(objective=f"{value:.0f}", refresh=False)
+            bar.update()
+
+        stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
+                        demand_aware=cfg.demand_aware, guide=guide,
+                        patience=cfg.local_search_patience,
+                        progress=None if bar.disable else tick)
+        bar.close()
+        info["local_search"] = vars(stats)
+        owner = sched.owner()
+    info["local_search_s"] = time.perf_counter() - clock
+    return Plan(owner=owner, info=info)
