@@ -118,7 +118,8 @@ def test_local_search_returns_the_earliest_plan_of_its_best_value():
     # tie-break on earliness can bring it forward, and online replanning
     # relies on it (a plan that postpones what it could start now loses
     # that work at the next replan).
-    from gpualloc.policies.allocator.repair import Schedule, improve
+    from gpualloc.policies.allocator.repair import Schedule
+    from gpualloc.policies.allocator.search import improve
 
     s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [
         {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
@@ -126,12 +127,12 @@ def test_local_search_returns_the_earliest_plan_of_its_best_value():
                   "duration": 3},
                  {"id": "b", "kind": "batch_inference", "priority": 2, "arrival": 0,
                   "gpus": 4, "duration": 3}]})
-    sched = Schedule(s, "cpu")
+    sched = Schedule(s)
     sched.place(0, 0, 0)
     sched.place(1, 8, 0)
     sched.fill_elastic()
     before = sched.value()
     stats = improve(sched, 30, seed=0)
     assert stats.end_value == before == sched.value()
-    assert sched.start == [0, 3]
+    assert sched.start.tolist() == [0, 3]
     assert check(s, sched.owner()).ok

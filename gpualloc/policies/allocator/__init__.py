@@ -34,8 +34,9 @@ from gpualloc import progress
 from gpualloc.config import SolverConfig
 from gpualloc.plan import Plan
 from gpualloc.policies.allocator.relax import relax
-from gpualloc.policies.allocator.repair import (adopt, build, build_parallel, fixed_jobs,
-                                                improve, priority_order)
+from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.policies.allocator.repair import adopt, build, build_parallel
+from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.policies.fifo import fifo
 from gpualloc.scenario import Scenario
@@ -64,7 +65,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     device = torch.device(device)
     info: dict = {}
     clock = time.perf_counter()
-    planned = ~fixed_jobs(s) & ~s.unplaceable
+    planned = ~torch.from_numpy(fixed_jobs(s) & s.rigid.numpy()) & ~s.unplaceable
     roundings = {}  # name -> (builder, order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
@@ -87,12 +88,12 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
 
     clock = time.perf_counter()
     with _cpu_threads(device, cfg.cpu_threads):
-        built = {name: build(s, order, device, cfg.demand_aware, at) if how == "serial"
-                 else build_parallel(s, order, device, cfg.demand_aware)
+        built = {name: build(s, order, cfg.demand_aware, at) if how == "serial"
+                 else build_parallel(s, order, cfg.demand_aware)
                  for name, (how, order, at) in roundings.items()}
         if s.fixed is None:
             # FIFO's placement competes too, so the search never starts below the baseline.
-            built["fifo"] = adopt(s, fifo(s, device=device).owner, device)
+            built["fifo"] = adopt(s, fifo(s, device=device).owner)
         values = {name: sched.value() for name, sched in built.items()}
         chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
         sched = built[chosen]
@@ -109,6 +110,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
                         demand_aware=cfg.demand_aware, guide=guide,
                         patience=cfg.local_search_patience,
+                        time_limit_s=getattr(cfg, "time_limit_s", None),
                         progress=None if bar.disable else tick)
         bar.close()
         info["local_search"] = vars(stats)

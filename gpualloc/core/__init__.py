@@ -1,0 +1,39 @@
+"""The placement core: every placement rule of PROBLEM.md, written once and
+compiled (numba on numpy), that the policies build on.
+
+- `layout`: the cluster and the jobs as flat arrays, candidate blocks per
+  class of jobs (gpualloc.core.layout);
+- `blocks`: the free-block index on a free-run grid: does a job fit at t,
+  every block that fits it at t, the earliest start at which it fits;
+- `occupancy`: rigid placements on the (G, T) grid with place / remove /
+  snapshot, answering those questions for a job;
+- `pack`: elastic fill, replicas into free GPUs per timestep, lowest or
+  highest block first;
+- `guard`: the demand-aware guard (Hall's condition on pool sets) and the
+  price of displacing elastic demand;
+- `reserve`: EASY reservations (the queue's head holds its earliest start).
+
+A policy is its own choices on top of it: an order, a fit key, a guard.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpualloc.scenario import Scenario
+
+
+def priority_order(s: Scenario, jobs=None) -> list[int]:
+    """Jobs (all by default) by priority, highest first; ties: arrival, then
+    scenario order."""
+    jobs = range(s.J) if jobs is None else jobs
+    return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
+
+
+def fixed_jobs(s: Scenario) -> np.ndarray:
+    """(J,) bool: jobs holding cells in `s.fixed` (decided before planning:
+    a rigid one has started and is not planned again)."""
+    out = np.zeros(s.J, dtype=np.bool_)
+    if s.fixed is not None:
+        held = s.fixed.cpu().numpy()
+        out[np.unique(held[held >= 0])] = True
+    return out

@@ -1,0 +1,139 @@
+"""The free-block index: which candidate blocks of a job are free, and from when.
+
+Occupancy is kept as a free-run grid `run` (T + 1, G) int32: run[t, g] is
+the number of timesteps GPU g stays free from t (run[T] = 0). A block
+[b, b + k) is free for `need` steps from t exactly when
+min(run[t, b:b + k]) >= need, so "does j fit at t", "every block that fits
+j at t" and "the earliest start >= t at which j fits" are loops over a
+job's candidate blocks with no allocation. Compiled with numba.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def update_runs(busy, run, g0, g1, t_hi):
+    """Recompute run[:t_hi, g0:g1] after cells of GPUs [g0, g1) changed in
+    columns before t_hi (later columns are unchanged)."""
+    for g in range(g0, g1):
+        for t in range(t_hi - 1, -1, -1):
+            run[t, g] = 0 if busy[t, g] else run[t + 1, g] + 1
+
+
+@njit(cache=True)
+def update_columns(busy, run, t_lo, t_hi):
+    """Recompute run[t_lo:t_hi] for every GPU (column t_hi is unchanged)."""
+    for t in range(t_hi - 1, t_lo - 1, -1):
+        for g in range(busy.shape[1]):
+            run[t, g] = 0 if busy[t, g] else run[t + 1, g] + 1
+
+
+def runs_of(busy: np.ndarray) -> np.ndarray:
+    """(T, G) bool busy -> (T + 1, G) int32 free-run grid."""
+    T, G = busy.shape
+    run = np.zeros((T + 1, G), dtype=np.int32)
+    update_columns(busy, run, 0, T)
+    return run
+
+
+@njit(cache=True)
+def block_free(run, b, k, t, need):
+    """GPUs [b, b + k) all free for `need` steps from t."""
+    for g in range(b, b + k):
+        if run[t, g] < need:
+            return False
+    return True
+
+
+@njit(cache=True)
+def free_blocks(run, blocks, k, t, need, out):
+    """out[i] = block i free for `need` steps from t; returns how many are."""
+    n = 0
+    for i in range(blocks.shape[0]):
+        out[i] = block_free(run, blocks[i], k, t, need)
+        n += out[i]
+    return n
+
+
+@njit(cache=True)
+def any_free(run, blocks, k, t, need):
+    for i in range(blocks.shape[0]):
+        if block_free(run, blocks[i], k, t, need):
+            return True
+    return False
+
+
+@njit(cache=True)
+def earliest(run, blocks, block_pool, k, d, after, T, short, guarded, out):
+    """The earliest start t in [after, T) at which some block is free for
+    min(d, T - t) steps (and, when guarded, its pool not short[pool, t]);
+    out[i] marks the blocks free then. Returns T when there is none."""
+    for t in range(after, T):
+        need = min(d, T - t)
+        found = False
+        for i in range(blocks.shape[0]):
+            ok = (not guarded or not short[block_pool[i], t]) and block_free(
+                run, blocks[i], k, t, need)
+            out[i] = ok
+            found = found or ok
+        if found:
+            return t
+    return T
+
+
+@njit(cache=True)
+def fewest_left(busy, t, blocks, options, gpu_node, n_nodes):
+    """Index of the option (options[i] true) whose node keeps the fewest free
+    GPUs at t; ties: the lowest block. -1 when there is no option."""
+    best, count = -1, 0
+    for i in range(blocks.shape[0]):
+        if options[i]:
+            count += 1
+            if best < 0:
+                best = i
+    if count <= 1:
+        return best
+    node_free = np.zeros(n_nodes, dtype=np.int64)
+    for g in range(busy.shape[1]):
+        if not busy[t, g]:
+            node_free[gpu_node[g]] += 1
+    for i in range(blocks.shape[0]):
+        if options[i] and node_free[gpu_node[blocks[i]]] < node_free[gpu_node[blocks[best]]]:
+            best = i
+    return best
+
+
+@njit(cache=True)
+def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, value_per_step,
+                    out):
+    """Displacement: the start before t_safe whose value (value_per_step x
+    steps run, cut by the horizon) minus price[pool, t] (the elastic service
+    it displaces) is highest, when that beats starting at t_safe (0 when
+    t_safe == T). out marks the blocks reaching that net value at the start
+    returned; -1 when no start is worth it."""
+    base = value_per_step * min(T - t_safe, d) if t_safe < T else 0.0
+    best = -1.0
+    early = False
+    for t in range(after, t_safe):
+        need = min(d, T - t)
+        for i in range(blocks.shape[0]):
+            if block_free(run, blocks[i], k, t, need):
+                net = value_per_step * need - price[block_pool[i], t]
+                if not early or net > best:
+                    best = net
+                early = True
+    if not early or best <= base + 1e-9:
+        return -1
+    for t in range(after, t_safe):
+        need = min(d, T - t)
+        found = False
+        for i in range(blocks.shape[0]):
+            ok = (block_free(run, blocks[i], k, t, need)
+                  and value_per_step * need - price[block_pool[i], t] >= best - 1e-9)
+            out[i] = ok
+            found = found or ok
+        if found:
+            return t
+    return -1

@@ -1,0 +1,145 @@
+"""The demand-aware guard: a rigid job may start only where the known
+elastic demand over its whole run still fits on the GPUs rigid jobs leave
+free, and displacing that demand has a price.
+
+Hall's condition on pools: for every union U of the pool sets elastic jobs
+may use, the free GPUs of U must cover the demand (in GPUs) of the elastic
+jobs confined to U. `slack[u, t]` is that margin; a k-GPU rigid job placed
+in pool p at t takes k from every union holding p. Exact for 1-GPU replicas;
+a replica short of one GPU does not run at all, so a displaced shortfall is
+priced in whole replicas of the union's top-priority job, at its priority.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _short(slack, subset_pools, k, d, out):
+    """out[p, t]: some union holding pool p has less than k GPUs to spare at
+    some step of [t, min(t + d, T))."""
+    U, T = slack.shape
+    P = subset_pools.shape[1]
+    out[:] = False
+    for u in range(U):
+        for t in range(T):
+            m = slack[u, t]
+            for x in range(t + 1, min(t + d, T)):
+                if slack[u, x] < m:
+                    m = slack[u, x]
+            if m < k:
+                for p in range(P):
+                    if subset_pools[u, p]:
+                        out[p, t] = True
+
+
+@njit(cache=True)
+def _price(slack, subset_pools, subset_priority, subset_replica, k, d, out):
+    """out[p, t]: priority-weighted elastic GPU-steps a k-GPU run of d steps
+    starting at t in pool p takes from the known demand (the worst union)."""
+    U, T = slack.shape
+    P = subset_pools.shape[1]
+    out[:] = 0.0
+    cs = np.zeros(T + 1, dtype=np.float64)
+    for u in range(U):
+        size = subset_replica[u]
+        for t in range(T):
+            lack = min(max(k - max(slack[u, t], 0), 0), k)
+            cs[t + 1] = cs[t] + float((lack + size - 1) // size * size)
+        for t in range(T):
+            w = (cs[min(t + d, T)] - cs[t]) * subset_priority[u]
+            for p in range(P):
+                if subset_pools[u, p] and w > out[p, t]:
+                    out[p, t] = w
+
+
+class DemandGuard:
+    """Slack of every union of elastic pool sets against the elastic demand
+    still to serve, kept up to date as rigid jobs are placed and removed."""
+
+    def __init__(self, lay, demand: np.ndarray, free: np.ndarray, elastic: list[int],
+                 max_subsets: int = 64):
+        """demand: (J, T) replicas still to serve; free: (T, G) bool GPUs no
+        rigid job or fixed cell holds; elastic: the placeable elastic jobs."""
+        P, T = lay.P, lay.T
+        masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
+        subsets = set(masks)
+        grown = True
+        while grown and len(subsets) <= max_subsets:
+            grown = False
+            for a in list(subsets):
+                for b in masks:
+                    u = tuple(x or y for x, y in zip(a, b))
+                    if u not in subsets:
+                        subsets.add(u)
+                        grown = True
+        if len(subsets) > max_subsets:  # too many pools: the single masks and their union
+            subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
+        subsets = sorted(subsets)
+        U = len(subsets)
+        self.U = U
+        self.subset_pools = np.array(subsets, dtype=np.bool_).reshape(U, P)  # (U, P)
+        self.subset_priority = np.zeros(U, dtype=np.float64)
+        self.subset_replica = np.ones(U, dtype=np.int64)
+        need = np.zeros((U, T), dtype=np.int64)
+        for j in elastic:
+            inside = (~lay.pool_ok[j][None, :] | self.subset_pools).all(1)  # (U,)
+            need[inside] += demand[j] * lay.gpus[j]
+            # The union's replica size: its top-priority job's, whose priority
+            # prices the displaced service.
+            top = inside & (self.subset_priority < lay.priority[j])
+            self.subset_replica[top] = lay.gpus[j]
+            self.subset_priority[inside] = np.maximum(self.subset_priority[inside],
+                                                      lay.priority[j])
+        gpu_in = self.subset_pools[:, lay.gpu_pool]  # (U, G)
+        self.slack = gpu_in.astype(np.int64) @ free.T.astype(np.int64) - need  # (U, T)
+        self._cache: dict = {}
+
+    def take(self, pool: int, t0: int, t1: int, k: int) -> None:
+        """A k-GPU rigid job holds GPUs of `pool` over [t0, t1) (negative k: releases them)."""
+        if self.U:
+            self.slack[self.subset_pools[:, pool], t0:t1] -= k
+            self._cache.clear()
+
+    def short(self, k: int, d: int) -> np.ndarray:
+        """(P, T) bool: a k-GPU run of d steps starting at t in pool p leaves
+        some union short of the demand."""
+        key = ("short", k, d)
+        if key not in self._cache:
+            out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.bool_)
+            _short(self.slack, self.subset_pools, k, d, out)
+            self._cache[key] = out
+        return self._cache[key]
+
+    def price(self, k: int, d: int) -> np.ndarray:
+        """(P, T) float64: the priority-weighted elastic service displaced."""
+        key = ("price", k, d)
+        if key not in self._cache:
+            out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.float64)
+            _price(self.slack, self.subset_pools, self.subset_priority, self.subset_replica, k, d,
+                   out)
+            self._cache[key] = out
+        return self._cache[key]
+
+    def short_at(self, k: int, t: int, length: int) -> np.ndarray:
+        """(P,) bool: `short` for one start t and a run of `length` steps."""
+        window = self.slack[:, t:t + length]  # (U, length)
+        short = window.min(1) < k  # (U,)
+        return (self.subset_pools & short[:, None]).any(0)
+
+    def price_at(self, k: int, t: int, length: int) -> np.ndarray:
+        """(P,) float64: `price` for one start t and a run of `length` steps."""
+        window = self.slack[:, t:t + length]  # (U, length)
+        lack = np.clip(k - np.maximum(window, 0), 0, k)
+        size = self.subset_replica[:, None]
+        lack = ((lack + size - 1) // size * size).astype(np.float64).sum(1)  # (U,)
+        cost = np.where(self.subset_pools, (lack * self.subset_priority)[:, None], 0.0)
+        return cost.max(0) if len(cost) else np.zeros(self.subset_pools.shape[1])
+
+    def snapshot(self) -> np.ndarray:
+        return self.slack.copy()
+
+    def restore(self, slack: np.ndarray) -> None:
+        self.slack = slack
+        self._cache.clear()

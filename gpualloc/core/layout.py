@@ -1,0 +1,120 @@
+"""The cluster and the jobs as flat numpy arrays: what the compiled
+placement core reads. Built once per scenario; nothing here changes.
+
+Grids inside the core are time-major, (T, G): a column of the plan (every
+GPU at one timestep) is contiguous, which is what block searches and
+packing read. Plans leave the core as PROBLEM.md's (G, T) owner grid.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpualloc.scenario import Scenario
+
+
+@dataclass
+class Layout:
+    G: int
+    T: int
+    # ---- GPUs, nodes, pools --------------------------------------------------------
+    gpu_node: np.ndarray
+    """(G,) int64: node of each GPU."""
+    gpu_pool: np.ndarray
+    """(G,) int64: pool of each GPU."""
+    node_first: np.ndarray
+    """(N,) int64: first GPU of each node."""
+    node_end: np.ndarray
+    """(N,) int64: one past the last GPU of each node."""
+    node_pool: np.ndarray
+    """(N,) int64"""
+    pool_gpn: np.ndarray
+    """(P,) int64: GPUs per node of each pool."""
+    pool_nodes: np.ndarray
+    """(P + 1,) int64: pool p holds nodes pool_nodes[p] .. pool_nodes[p + 1] - 1."""
+    # ---- jobs --------------------------------------------------------------------
+    gpus: np.ndarray
+    """(J,) int64"""
+    duration: np.ndarray
+    """(J,) int64; 0 for elastic jobs."""
+    arrival: np.ndarray
+    """(J,) int64"""
+    priority: np.ndarray
+    """(J,) float64"""
+    rigid: np.ndarray
+    """(J,) bool"""
+    demand: np.ndarray
+    """(J, T) int64 replicas wanted (zero before arrival)."""
+    pool_ok: np.ndarray
+    """(J, P) bool: the job may use the pool's GPUs (type and memory)."""
+    # ---- candidate blocks ------------------------------------------------------------
+    job_class: np.ndarray
+    """(J,) int64: jobs of one class (size, pools) share their candidate blocks."""
+    class_ptr: np.ndarray
+    """(C + 1,) int64: class c's blocks are class_blocks[class_ptr[c]:class_ptr[c + 1]]."""
+    class_blocks: np.ndarray
+    """(sum B,) int64: first GPU of each candidate block, ascending per class."""
+    block_pool: np.ndarray
+    """(sum B,) int64: pool of each candidate block."""
+    unplaceable: np.ndarray
+    """(J,) bool"""
+
+    @property
+    def J(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def N(self) -> int:
+        return len(self.node_first)
+
+    @property
+    def P(self) -> int:
+        return len(self.pool_gpn)
+
+    def blocks(self, j: int) -> np.ndarray:
+        c = self.job_class[j]
+        return self.class_blocks[self.class_ptr[c]:self.class_ptr[c + 1]]
+
+    def job_block_pool(self, j: int) -> np.ndarray:
+        c = self.job_class[j]
+        return self.block_pool[self.class_ptr[c]:self.class_ptr[c + 1]]
+
+    def compat(self, j: int) -> np.ndarray:
+        """(G,) bool: GPUs job j may use."""
+        return self.pool_ok[j][self.gpu_pool]
+
+
+def layout(s: Scenario) -> Layout:
+    """The Layout of `s` (cached on the scenario: it never changes)."""
+    cached = s.__dict__.get("_layout")
+    if cached is not None:
+        return cached
+    blocks = [b.numpy().astype(np.int64) for b in s.class_blocks]
+    sizes = np.array([len(b) for b in blocks], dtype=np.int64)
+    ptr = np.zeros(len(blocks) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(sizes)
+    flat = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    gpu_pool = s.gpu_pool.numpy().astype(np.int64)
+    counts = np.array([p.count for p in s.pools], dtype=np.int64)
+    pool_nodes = np.zeros(len(s.pools) + 1, dtype=np.int64)
+    pool_nodes[1:] = np.cumsum(counts)
+    node_first = s.node_first_gpu.numpy().astype(np.int64)
+    out = Layout(
+        G=s.G, T=s.T,
+        gpu_node=s.gpu_node.numpy().astype(np.int64), gpu_pool=gpu_pool,
+        node_first=node_first,
+        node_end=np.append(node_first[1:], s.G).astype(np.int64),
+        node_pool=s.node_pool.numpy().astype(np.int64),
+        pool_gpn=np.array([p.gpus_per_node for p in s.pools], dtype=np.int64),
+        pool_nodes=pool_nodes,
+        gpus=s.gpus.numpy().astype(np.int64), duration=s.duration.numpy().astype(np.int64),
+        arrival=s.arrival.numpy().astype(np.int64),
+        priority=s.priority.numpy().astype(np.float64),
+        rigid=s.rigid.numpy().astype(np.bool_), demand=s.demand.numpy().astype(np.int64),
+        pool_ok=s.pool_compat.numpy().astype(np.bool_),
+        job_class=s.job_class.numpy().astype(np.int64), class_ptr=ptr, class_blocks=flat,
+        block_pool=gpu_pool[flat] if len(flat) else np.zeros(0, dtype=np.int64),
+        unplaceable=s.unplaceable.numpy().astype(np.bool_))
+    s.__dict__["_layout"] = out
+    return out
