@@ -40,6 +40,8 @@ class Occupancy:
         self.run = kb.runs_of(self.busy)  # (T + 1, G) int32
         self.start = np.full(lay.J, -1, dtype=np.int64)
         self.first = np.full(lay.J, -1, dtype=np.int64)
+        self.held: tuple[int, int, int, int] | None = None
+        """The EASY reservation (start, end, first GPU, GPUs), if any."""
         self.version = 0
         """Counts changes: caches keyed by it go stale with the state."""
 
@@ -64,6 +66,25 @@ class Occupancy:
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.start[j] = self.first[j] = -1
         self.version += 1
+
+    def hold(self, start: int, end: int, first: int, k: int) -> None:
+        """EASY reservation: GPUs [first, first + k) over [start, end) are
+        held for the head of a queue; later placements must not overlap them.
+        Held cells are busy but owned by no job; `release` frees them."""
+        self.busy[start:end, first:first + k] = True
+        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self.held = (start, end, first, k)
+        self.version += 1
+
+    def release(self) -> tuple[int, int, int, int] | None:
+        """Free the reservation, if any; returns it."""
+        held, self.held = self.held, None
+        if held is not None:
+            start, end, first, k = held
+            self.busy[start:end, first:first + k] = self.fixed[start:end, first:first + k] >= 0
+            kb.update_runs(self.busy, self.run, first, first + k, end)
+            self.version += 1
+        return held
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),

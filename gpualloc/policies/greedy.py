@@ -36,268 +36,313 @@ for multi-node gangs), then the shortest free run, then the lowest index.
 Jobs in `Scenario.fixed` are done or running: rigid ones are not scheduled
 again; elastic ones are served on top of the replicas their fixed cells hold.
 
-Block fits are tested at once for every candidate block of every waiting job
-(a gather on a 2-D prefix sum of the busy cells); the footprint is a few
-scans per elastic job over the (G, T) grid (blocks.Packer).
+What is greedy's own: the order, the fit key, the footprint guard and the
+elastic best fit. Occupancy, block searches, the EASY reservation and the
+footprint's packing are the placement core's (gpualloc.core).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+from numba import njit
 
-from gpualloc.blocks import Packer, _run_positions, cover, first_n, prefix
 from gpualloc.config import GreedyConfig
-from gpualloc.metrics import held
+from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import blocks as kb
+from gpualloc.core.layout import layout
+from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan
 from gpualloc.scenario import Scenario
 
 
-def priority_order(s: Scenario, jobs) -> list[int]:
-    """Jobs by priority, highest first; ties: arrival, then scenario order."""
-    return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
-
-
-def prefix2d(mask: torch.Tensor) -> torch.Tensor:
-    """(G, T) bool -> (G + 1, T + 1) int64 2-D prefix sums."""
-    out = torch.zeros(mask.shape[0] + 1, mask.shape[1] + 1, dtype=torch.long, device=mask.device)
-    out[1:, 1:] = mask.long().cumsum(0).cumsum(1)
-    return out
-
-
-def window_sum(P: torch.Tensor, g0, g1, t0, t1) -> torch.Tensor:
-    """Busy cells in [g0, g1) x [t0, t1) from the prefix P, elementwise over tensors."""
-    if isinstance(t0, int) and isinstance(t1, int):
-        col = P[:, t1] - P[:, t0]  # (G + 1,) busy cells per GPU prefix; index_select is cheap
-        return col.index_select(0, g1) - col.index_select(0, g0)
-    return P[g1, t1] - P[g0, t1] - P[g1, t0] + P[g0, t0]
-
-
-def flipped(s: Scenario) -> Scenario:
-    """The same cluster with the GPU axis reversed (pools, nodes and GPUs in
-    reverse order): a Packer built on it packs highest GPU first."""
-    return Scenario(name=s.name, horizon=s.horizon, step_minutes=s.step_minutes,
-                    pools=list(reversed(s.pools)))
-
-
-def fixed_grid(s: Scenario, device) -> torch.Tensor:
-    """(G, T) int64 owner grid of the cells decided before planning."""
-    if s.fixed is None:
-        return torch.full((s.G, s.T), IDLE, dtype=torch.long, device=device)
-    fixed = s.fixed.to(device).long()
-    if tuple(fixed.shape) != (s.G, s.T):
-        raise ValueError(f"scenario.fixed is {tuple(fixed.shape)}, the scenario needs ({s.G}, {s.T})")
-    return fixed
-
-
 def greedy(s: Scenario, cfg: GreedyConfig | None = None,
            device: torch.device | str = "cpu") -> Plan:
-    device = torch.device(device)
-    # Thousands of small tensor ops: on CPU, intra-op threads only add
-    # overhead (10x on a loaded 2-core machine), so run them on one thread.
-    threads = torch.get_num_threads()
-    if device.type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        return _Greedy(s, cfg or GreedyConfig(), device).run()
-    finally:
-        torch.set_num_threads(threads)
+    """Greedy's plan of `s` (the placement core runs on the CPU whatever `device` says)."""
+    return _Greedy(s, cfg or GreedyConfig()).run()
 
+
+# ---- greedy's own keys, compiled ---------------------------------------------------------
+
+@njit(cache=True)
+def _runs_in_nodes(free, gpu_node, node_first, node_end, out):
+    """out[g]: length of the run of free GPUs (inside g's node) holding g."""
+    for n in range(node_first.shape[0]):
+        g = node_first[n]
+        while g < node_end[n]:
+            if not free[g]:
+                out[g] = 0
+                g += 1
+                continue
+            a = g
+            while g < node_end[n] and free[g]:
+                g += 1
+            for x in range(a, g):
+                out[x] = g - a
+
+
+@njit(cache=True)
+def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool, pool_gpn, out):
+    """Best-fit key of each candidate block (lower is better): GPUs the fewest
+    waiting jobs want, node left with the fewest free GPUs, shortest run of
+    whole free nodes, shortest free run, lowest index. free: (G,) bool."""
+    G, N = free.shape[0], node_first.shape[0]
+    node_free = np.zeros(N, dtype=np.int64)
+    for g in range(G):
+        if free[g]:
+            node_free[gpu_node[g]] += 1
+    # Runs of whole free nodes inside a pool.
+    node_run = np.zeros(N, dtype=np.int64)
+    n = 0
+    while n < N:
+        if node_free[n] != pool_gpn[node_pool[n]]:
+            n += 1
+            continue
+        a = n
+        while n < N and node_free[n] == pool_gpn[node_pool[n]] and node_pool[n] == node_pool[a]:
+            n += 1
+        for x in range(a, n):
+            node_run[x] = n - a
+    run = np.zeros(G, dtype=np.int64)
+    _runs_in_nodes(free, gpu_node, node_first, node_end, run)
+    W = G + 1
+    for i in range(cand.shape[0]):
+        b = cand[i]
+        node = gpu_node[b]
+        left = max(node_free[node] - k, 0)
+        scarce = want_cs[b + k] - want_cs[b]
+        key = (scarce * W + left) * W + min(node_run[node], G)
+        out[i] = (key * W + min(run[b], G)) * W + b
+
+
+@njit(cache=True)
+def _serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
+                    job_class, gpu_node, node_first, node_end, picks, n_picks):
+    """Elastic replicas at one timestep, best fit replica by replica: jobs
+    in order, each on the free block (occ (G,) bool busy) whose GPUs the
+    fewest later jobs can use, then the shortest free run, then the lowest
+    index. Writes picks[i, :n_picks[i]] (first GPUs)."""
+    G = occ.shape[0]
+    E, P = jobs.shape[0], pool_ok.shape[1]
+    run = np.zeros(G, dtype=np.int64)
+    free = np.zeros(G, dtype=np.bool_)
+    want_cs = np.zeros(G + 1, dtype=np.int64)
+    for i in range(E):
+        j = jobs[i]
+        k = gpus[i]
+        pool_want = np.zeros(P, dtype=np.int64)
+        for f in range(i + 1, E):
+            if need[f] > 0:
+                for p in range(P):
+                    pool_want[p] += pool_ok[f, p]
+        for g in range(G):
+            want_cs[g + 1] = want_cs[g] + pool_want[gpu_pool[g]]
+        c = job_class[j]
+        n_picks[i] = 0
+        for _ in range(need[i]):
+            for g in range(G):
+                free[g] = not occ[g]
+            _runs_in_nodes(free, gpu_node, node_first, node_end, run)
+            best, best_s, best_r = -1, 0, 0
+            for x in range(class_ptr[c], class_ptr[c + 1]):
+                b = class_blocks[x]
+                ok = True
+                for g in range(b, b + k):
+                    if occ[g]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                s = want_cs[b + k] - want_cs[b]
+                r = min(run[b], G)
+                if best < 0 or s < best_s or (s == best_s and r < best_r):
+                    best, best_s, best_r = b, s, r
+            if best < 0:
+                break
+            for g in range(best, best + k):
+                occ[g] = True
+            picks[i, n_picks[i]] = best
+            n_picks[i] += 1
+
+
+# ---- the policy ----------------------------------------------------------------------------
 
 class _Greedy:
-    def __init__(self, s: Scenario, cfg: GreedyConfig, device: torch.device):
-        self.s, self.cfg, self.dev = s, cfg, device
-        T = s.T
-        fixed = fixed_grid(s, device)
-        self.owner = fixed.clone()  # (G, T) int64
-        self.busy = fixed >= 0  # (G, T) bool: cells held by fixed cells or started rigid jobs
-        self.res = torch.zeros_like(self.busy)  # (G, T) bool: the EASY reservation
-        in_fixed = torch.zeros(s.J, dtype=torch.bool)
-        in_fixed[fixed[fixed >= 0].unique().cpu()] = True
+    def __init__(self, s: Scenario, cfg: GreedyConfig):
+        self.s, self.cfg = s, cfg
+        lay = self.lay = layout(s)
+        T, G = lay.T, lay.G
+        fixed = None if s.fixed is None else s.fixed.cpu().numpy().T
+        if fixed is not None and fixed.shape != (T, G):
+            raise ValueError(f"scenario.fixed is {tuple(s.fixed.shape)}, the scenario needs "
+                             f"({G}, {T})")
+        # hard: fixed cells, started rigid jobs and the EASY reservation.
+        self.hard = Occupancy(lay, fixed)
+        self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts
+        in_fixed = fixed_jobs(s)
         # Replicas still wanted once the fixed cells are counted.
-        have = held(s, fixed.cpu()) // s.gpus[:, None]  # (J, T)
-        self.need = (s.demand - have).clamp(min=0).to(device)  # (J, T) int64
-        ok = ~s.unplaceable
-        self.elastic = [j for j in priority_order(s, range(s.J))
-                        if not s.jobs[j].rigid and ok[j] and self.need[j].any()]
-        self.queue = [j for j in priority_order(s, range(s.J))
-                      if s.jobs[j].rigid and ok[j] and not in_fixed[j]]
-        self.compat = s.compat.to(device)  # (J, G) bool
-        self.gpus = s.gpus.tolist()
-        self.blocks = {j: s.blocks(j).to(device) for j in self.queue + self.elastic}
-        self.weight = (s.priority * s.gpus).tolist()  # value of one replica-step / GPU-run-step
-        self.packer = Packer(s, device)
-        self.packer_high = Packer(flipped(s), device)
-        self.gpu_node = s.gpu_node.to(device)
-        self.n_nodes = len(s.node_first_gpu)
-        self.gpu_first, self.gpu_last = self.packer.gpu_first, self.packer.gpu_last
-        # Flat (job, block) pairs of every queued job: fits are tested for all at once.
-        if self.queue:
-            self.pair_job = torch.cat([torch.full((len(self.blocks[j]),), i, dtype=torch.long)
-                                       for i, j in enumerate(self.queue)]).to(device)
-            self.pair_start = torch.cat([self.blocks[j] for j in self.queue])
-            qk = torch.tensor([self.gpus[j] for j in self.queue], dtype=torch.long, device=device)
-            self.pair_k = qk[self.pair_job]
-            self.q_duration = s.duration[self.queue].to(device)
-        self.el_gpus = torch.tensor([self.gpus[e] for e in self.elastic], dtype=torch.long,
-                                    device=device)  # (E,)
-        self.min_el_priority = min((s.jobs[e].priority for e in self.elastic), default=0.0)
-        self.fp = torch.zeros_like(self.busy)  # (G, T) bool elastic footprint from t on
-        self.fp_served = torch.zeros(len(self.elastic), T, dtype=torch.long, device=device)
-        self.dirty = (0, T)  # columns whose footprint is stale (lo, hi)
-        self.P = self.P_hard = None
+        need = lay.demand.copy()
+        if fixed is not None:
+            cells = fixed >= 0
+            held = np.zeros((lay.J, T), dtype=np.int64)
+            np.add.at(held, (fixed[cells], np.nonzero(cells)[0]), 1)
+            need = np.maximum(need - held // lay.gpus[:, None], 0)
+        self.need = need  # (J, T)
+        order = priority_order(s)
+        ok = ~lay.unplaceable
+        self.elastic = [j for j in order if not lay.rigid[j] and ok[j] and need[j].any()]
+        self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
+        self.el = np.array(self.elastic, dtype=np.int64)
+        self.el_gpus = lay.gpus[self.el]
+        self.el_weight = lay.priority[self.el] * self.el_gpus  # value of one replica-step
+        self.weight = lay.priority * lay.gpus
+        self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
+        # The elastic footprint (demand packed highest GPU first around the hard
+        # cells) and the grid a new rigid job must avoid: hard | footprint.
+        self.fp = np.zeros((T, G), dtype=np.bool_)
+        self.fp_served = np.zeros((len(self.elastic), T), dtype=np.int64)
+        self.avoid = self.hard.busy.copy()
+        self.run_avoid = kb.runs_of(self.avoid)
+        self.dirty = (0, T)  # columns whose footprint is stale
+        self.now = 0
         self.repack_checks = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
-    # ---- elastic footprint ------------------------------------------------------
-    def pack(self, free: torch.Tensor, need: torch.Tensor):
-        """Elastic demand packed highest GPU first into (G, C) `free` columns,
-        jobs in priority order. need: (E, C). Returns the (G, C) cover and the
-        (E, C) replicas served."""
-        free = free.clone()
-        cov = torch.zeros_like(free)
-        served = torch.zeros_like(need)
-        for i, e in enumerate(self.elastic):
-            k = self.gpus[e]
-            f = (free & self.compat[e][:, None]).flip(0)  # (G, C) in reversed GPU order
-            take = first_n(self.packer_high.starts(f, k), need[i])
-            c = cover(take, k).flip(0)
-            free &= ~c
-            cov |= c
-            served[i] = take.sum(0)
-        return cov, served
-
+    # ---- the footprint ------------------------------------------------------------------
     def touch(self, lo: int, hi: int) -> None:
-        """Cells in columns [lo, hi) changed: their footprint is stale."""
         self.dirty = (min(self.dirty[0], lo), max(self.dirty[1], hi))
 
+    def _changed(self, start: int, end: int, first: int, k: int) -> None:
+        """Hard cells changed in a block: the avoid grid follows; the footprint
+        is stale only where the block meets it (packing is unchanged by losing
+        GPUs it does not use, and the release of a reservation re-packs)."""
+        rows = slice(first, first + k)
+        self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
+        kb.update_runs(self.avoid, self.run_avoid, first, first + k, end)
+
     def refresh(self, t: int) -> None:
-        """Recompute the stale footprint columns from t on (columns pack
-        independently) and the prefix sums of the blocked cells."""
+        """Re-pack the stale footprint columns from t on."""
         lo, hi = max(self.dirty[0], t), self.dirty[1]
-        if lo >= hi and self.P is not None:
+        self.dirty = (self.lay.T, 0)
+        if lo >= hi:
             return
-        if lo < hi and self.elastic and self.cfg.demand_aware:
-            cov, served = self.pack(~(self.busy | self.res)[:, lo:hi], self.need[self.elastic, lo:hi])
-            self.fp[:, lo:hi] = cov
-            self.fp_served[:, lo:hi] = served
-        self.P = prefix2d(self.busy | self.res | self.fp)  # what a new rigid job must avoid
-        self.P_hard = prefix2d(self.busy | self.res)  # ignoring the elastic footprint
-        self.free_count = self.s.G - (self.P_hard[-1, 1:] - self.P_hard[-1, :-1])  # (T,)
-        self.el_used = (self.fp_served * self.el_gpus[:, None]).sum(0)  # (T,) GPUs elastic holds
-        self.dirty = (self.s.T, 0)
+        if self.elastic and self.cfg.demand_aware:
+            free = ~self.hard.busy[lo:hi]  # (C, G)
+            self.fp_served[:, lo:hi] = fill_elastic(self.lay, free, None, self.elastic,
+                                                    self.need[self.el, lo:hi], high=True)
+            self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
+        self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
+        kb.update_columns(self.avoid, self.run_avoid, t, hi)
 
-    # ---- rigid jobs -------------------------------------------------------------
-    def want(self, waiting: list[int]) -> torch.Tensor:
-        """(G,) int64: how many waiting rigid jobs and elastic jobs can use each GPU."""
-        jobs = waiting + self.elastic
-        if not jobs:
-            return torch.zeros(self.s.G, dtype=torch.long, device=self.dev)
-        return self.compat[jobs].long().sum(0)
+    # ---- rigid jobs -------------------------------------------------------------------
+    def want_cs(self, waiting: list[int]) -> np.ndarray:
+        """(G + 1,) int64 prefix sums of how many waiting rigid jobs and elastic
+        jobs can use each GPU."""
+        lay = self.lay
+        per_pool = lay.pool_ok[waiting + self.elastic].sum(0) if waiting or self.elastic \
+            else np.zeros(lay.P, dtype=np.int64)
+        out = np.zeros(lay.G + 1, dtype=np.int64)
+        np.cumsum(per_pool[lay.gpu_pool], out=out[1:])
+        return out
 
-    def fit_key(self, j: int, b: torch.Tensor, t: int, free_t: torch.Tensor,
-                want_cs: torch.Tensor) -> torch.Tensor:
-        """(B,) int64 best-fit key of blocks b of job j (lower is better): GPUs
-        the fewest waiting jobs want, node left with the fewest free GPUs,
-        shortest run of whole free nodes, shortest free run, lowest index.
-        free_t: (G,) bool free at t."""
-        G, k = self.s.G, self.gpus[j]
-        node_free = torch.zeros(self.n_nodes, dtype=torch.long, device=self.dev)
-        node_free.index_add_(0, self.gpu_node, free_t.long())
-        node = self.gpu_node[b]  # (B,) first node of each block
-        left = (node_free[node] - k).clamp(min=0)  # (B,) 0 for multi-node blocks
-        # Runs of whole free nodes (inside a pool): whole-node blocks go to the
-        # shortest, keeping long runs for multi-node gangs.
-        whole = node_free == self.packer.node_gpn  # (N,)
-        _, node_run = _run_positions(whole[:, None], self.packer.node_first, self.packer.node_last)
-        node_run = torch.where(whole, node_run[:, 0], 0)[node].clamp(max=G)  # (B,)
-        _, run = _run_positions(free_t[:, None], self.gpu_first, self.gpu_last)
-        run = run[:, 0][b].clamp(max=G)  # (B,)
-        scarce = want_cs[b + k] - want_cs[b]  # (B,)
-        key = (scarce * (G + 1) + left) * (G + 1) + node_run
-        return (key * (G + 1) + run) * (G + 1) + b
+    def fit_key(self, j: int, cand: np.ndarray, free_t: np.ndarray,
+                want_cs: np.ndarray) -> np.ndarray:
+        lay = self.lay
+        out = np.zeros(len(cand), dtype=np.int64)
+        _fit_keys(free_t, cand, int(lay.gpus[j]), want_cs, lay.gpu_node, lay.node_first,
+                  lay.node_end, lay.node_pool, lay.pool_gpn, out)
+        return out
+
+    def free_blocks(self, run: np.ndarray, j: int, t: int) -> np.ndarray:
+        """(B,) bool: j's blocks free in `run` for its run from t."""
+        lay = self.lay
+        b = lay.blocks(j)
+        out = np.zeros(len(b), dtype=np.bool_)
+        kb.free_blocks(run, b, int(lay.gpus[j]), t, self.length(j, t), out)
+        return out
+
+    def length(self, j: int, t: int) -> int:
+        return min(int(self.lay.duration[j]), self.lay.T - t)
 
     def start(self, j: int, g: int, t: int) -> None:
-        k, end = self.gpus[j], min(t + int(self.s.duration[j]), self.s.T)
-        self.owner[g:g + k, t:end] = j
-        self.busy[g:g + k, t:end] = True
-        self.touch(t, end)
+        k, end = int(self.lay.gpus[j]), t + self.length(j, t)
+        self.hard.place(j, t, g)
+        self.owner[t:end, g:g + k] = j
+        if self.fp[t:end, g:g + k].any():
+            self.touch(t, end)
+        self._changed(t, end, g, k)
 
     def value(self, j: int, t: int) -> float:
         """Weighted throughput of rigid job j started at t (cut by the horizon)."""
-        return self.weight[j] * min(int(self.s.duration[j]), self.s.T - t)
+        return float(self.weight[j]) * self.length(j, t)
 
-    def losses(self, j: int, t: int, cand: torch.Tensor) -> torch.Tensor:
+    def losses(self, j: int, t: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over j's run if
         it starts at t on each block of cand, the demand re-packed without it."""
         self.repack_checks += 1
-        s, k = self.s, self.gpus[j]
-        end = min(t + int(s.duration[j]), s.T)
-        L, C, G = end - t, len(cand), s.G
-        free = (~(self.busy | self.res)[:, t:end]).repeat(1, C)  # (G, C*L)
-        g = torch.arange(G, device=self.dev)[:, None]
-        col_block = cand.repeat_interleave(L)[None, :]  # (1, C*L)
-        free &= ~((g >= col_block) & (g < col_block + k))
-        need = self.need[self.elastic, t:end].repeat(1, C)  # (E, C*L)
-        _, served = self.pack(free, need)
-        w = torch.tensor([self.weight[e] for e in self.elastic], dtype=torch.float64,
-                         device=self.dev)
-        base = (w[:, None] * self.fp_served[:, t:end].double()).sum()
-        got = (w[:, None] * served.double()).sum(0).reshape(C, L).sum(1)  # (C,)
-        return (base - got).clamp(min=0)
+        k, end = int(self.lay.gpus[j]), t + self.length(j, t)
+        w = self.el_weight
+        base = float((w[:, None] * self.fp_served[:, t:end]).sum())
+        out = np.zeros(len(cand), dtype=np.float64)
+        for i, g in enumerate(cand.tolist()):
+            free = ~self.hard.busy[t:end]  # (L, G)
+            free[:, g:g + k] = False
+            served = fill_elastic(self.lay, free, None, self.elastic, self.need[self.el, t:end],
+                                  high=True)
+            out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
+        return out
 
-    def earliest(self, j: int, t: int, P: torch.Tensor):
-        """Earliest start > t at which some block of j is clear in the prefix P:
-        (start, (B,) bool clear blocks) or None."""
-        s, k, d = self.s, self.gpus[j], int(self.s.duration[j])
-        if t + 1 >= s.T:
+    def earliest(self, j: int, t: int, run: np.ndarray):
+        """Earliest start > t at which some block of j is free in `run`:
+        (start, (B,) bool free blocks) or None."""
+        lay = self.lay
+        if t + 1 >= lay.T:
             return None
-        b = self.blocks[j]
-        t0 = torch.arange(t + 1, s.T, device=self.dev)  # (S,) candidate starts
-        t1 = (t0 + d).clamp(max=s.T)
-        ok = window_sum(P, b[:, None], b[:, None] + k, t0[None, :], t1[None, :]) == 0  # (B, S)
-        when = ok.any(0).nonzero()
-        if len(when) == 0:
-            return None
-        i = int(when[0, 0])
-        return int(t0[i]), ok[:, i]
+        b = lay.blocks(j)
+        out = np.zeros(len(b), dtype=np.bool_)
+        t0 = kb.earliest(run, b, lay.job_block_pool(j), int(lay.gpus[j]), int(lay.duration[j]),
+                         t + 1, lay.T, _NO_SHORT, False, out)
+        return None if t0 >= lay.T else (t0, out)
 
-    def displacing(self, j: int, t: int, want_cs: torch.Tensor, later):
+    def displacing(self, j: int, t: int, want_cs: np.ndarray, later):
         """Best block to start j at t on, among the free blocks that overlap the
         elastic footprint: a block where the elastic demand re-packs without
         loss, else (displace) the one with the highest value net of the
         displaced elastic service, if that beats later() (what waiting for a
         demand-safe start would give; computed only when needed). Returns the
         block or None."""
-        s, k = self.s, self.gpus[j]
-        b = self.blocks[j]
-        end = min(t + int(s.duration[j]), s.T)
-        hard = window_sum(self.P_hard, b, b + k, t, end) == 0
+        lay, cfg = self.lay, self.cfg
+        k, end = int(lay.gpus[j]), t + self.length(j, t)
+        hard = self.free_blocks(self.hard.run, j, t)
         if not hard.any():
             return None
         # A lower bound on the loss first: at each step the elastic GPUs in use
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
-        excess = (self.el_used[t:end] - (self.free_count[t:end] - k)).clamp(min=0).sum()
+        free_count = lay.G - self.hard.busy[t:end].sum(1)  # (L,)
+        el_used = (self.fp_served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
+        excess = int(np.maximum(el_used - (free_count - k), 0).sum())
         if excess > 0:
-            if not self.cfg.displace:
+            if not cfg.displace:
                 return None
             bar = self.value(j, t) - self.min_el_priority * float(excess)
             if bar <= 1e-9 or bar <= later() + 1e-9:
                 return None
-        cand = b[hard]
-        key = self.fit_key(j, cand, t, ~(self.busy | self.res)[:, t], want_cs)
-        cand = cand[key.argsort()[: self.cfg.repack_blocks]]  # (C,) best fit first
+        cand = lay.blocks(j)[hard]
+        key = self.fit_key(j, cand, ~self.hard.busy[t], want_cs)
+        cand = cand[np.argsort(key, kind="stable")[: cfg.repack_blocks]]  # best fit first
         loss = self.losses(j, t, cand)
-        if bool((loss <= 1e-9).any()):
-            return int(cand[(loss <= 1e-9).nonzero()[0, 0]])
-        if not self.cfg.displace:
+        if (loss <= 1e-9).any():
+            return int(cand[np.nonzero(loss <= 1e-9)[0][0]])
+        if not cfg.displace:
             return None
-        net = self.value(j, t) - loss  # (C,)
-        i = int(net.argmax())
-        return int(cand[i]) if float(net[i]) > 1e-9 and float(net[i]) > later() + 1e-9 else None
+        net = self.value(j, t) - loss
+        i = int(np.argmax(net))
+        return int(cand[i]) if net[i] > 1e-9 and net[i] > later() + 1e-9 else None
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
-        e = self.earliest(j, t, self.P)
+        e = self.earliest(j, t, self.run_avoid)
         return self.wait_value(j, None if e is None else e[0])
 
     def wait_value(self, j: int, t_safe: int | None) -> float:
@@ -307,27 +352,24 @@ class _Greedy:
         demand-safe start displaces then (infinite bar otherwise)."""
         if t_safe is None:
             return 0.0
-        if self.waiting_gpus - self.gpus[j] >= self.free_now:
+        if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
             return float("inf")
         return self.value(j, t_safe)
 
-    def try_start(self, j: int, t: int, want_cs: torch.Tensor, allow_repack: bool) -> bool:
+    def try_start(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
         """Start j at t on its best-fit demand-safe block; False if none."""
-        s, k = self.s, self.gpus[j]
-        b = self.blocks[j]
-        end = min(t + int(s.duration[j]), s.T)
         self.refresh(t)
-        ok = window_sum(self.P, b, b + k, t, end) == 0  # (B,)
+        ok = self.free_blocks(self.run_avoid, j, t)
         if ok.any():
-            cand = b[ok]
-            key = self.fit_key(j, cand, t, ~(self.busy | self.res | self.fp)[:, t], want_cs)
-            self.start(j, int(cand[key.argmin()]), t)
+            cand = self.lay.blocks(j)[ok]
+            key = self.fit_key(j, cand, ~self.avoid[t], want_cs)
+            self.start(j, int(cand[np.argmin(key)]), t)
             return True
         if not allow_repack or not self.cfg.demand_aware:
             return False
         # Every free block overlaps the footprint: re-pack the elastic demand
         # without it (and weigh what it would displace).
-        if not bool((window_sum(self.P_hard, b, b + k, t, end) == 0).any()):
+        if not self.free_blocks(self.hard.run, j, t).any():
             return False
         g = self.displacing(j, t, want_cs, lambda: self.later_value(j, t))
         if g is None:
@@ -335,138 +377,117 @@ class _Greedy:
         self.start(j, g, t)
         return True
 
-    def reserve(self, j: int, t: int, want_cs: torch.Tensor, allow_repack: bool) -> bool:
+    def reserve(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
         """EASY: reserve the earliest (time > t, block) at which j could start:
         beside the started jobs and the elastic footprint, or earlier on a
         block the elastic demand re-packs around (or, displacing, gives up)."""
         self.refresh(t)
-        safe = self.earliest(j, t, self.P)
-        hard = self.earliest(j, t, self.P_hard) if allow_repack and self.cfg.demand_aware else None
+        safe = self.earliest(j, t, self.run_avoid)
+        hard = (self.earliest(j, t, self.hard.run) if allow_repack and self.cfg.demand_aware
+                else None)
         if hard is not None and (safe is None or hard[0] < safe[0]):
             tr = hard[0]
             later = self.wait_value(j, None if safe is None else safe[0])
-            # displacing() looks at t = tr: its clear blocks come from P_hard.
+            # displacing() looks at t = tr: its free blocks come from the hard grid.
             g = self.displacing(j, tr, want_cs, lambda: later)
             if g is not None:
                 return self._hold(j, g, tr)
         if safe is None:
             return False
         tr, clear = safe
-        cand = self.blocks[j][clear]
-        free_tr = ~(self.busy | self.res | self.fp)[:, tr]
-        return self._hold(j, int(cand[self.fit_key(j, cand, tr, free_tr, want_cs).argmin()]), tr)
+        cand = self.lay.blocks(j)[clear]
+        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.avoid[tr], want_cs))])
+        return self._hold(j, g, tr)
 
     def _hold(self, j: int, g: int, tr: int) -> bool:
-        k, end = self.gpus[j], min(tr + int(self.s.duration[j]), self.s.T)
-        self.res[g:g + k, tr:end] = True
-        self.touch(tr, end)
+        k, end = int(self.lay.gpus[j]), tr + self.length(j, tr)
+        self.hard.hold(tr, end, g, k)
+        if self.fp[tr:end, g:g + k].any():
+            self.touch(tr, end)
+        self._changed(tr, end, g, k)
         return True
 
     def schedule_rigid(self, t: int) -> None:
-        s = self.s
-        waiting = [j for j in self.queue if s.jobs[j].arrival <= t]
-        self.waiting_gpus = sum(self.gpus[j] for j in waiting)  # GPUs the queue asks for
-        self.free_now = int((~self.busy[:, t]).sum())  # GPUs no rigid or fixed cell holds
+        lay = self.lay
+        waiting = [j for j in self.queue if lay.arrival[j] <= t]
+        self.waiting_gpus = int(lay.gpus[waiting].sum()) if waiting else 0
+        held = self.hard.held
+        busy_t = self.hard.busy[t].copy()  # GPUs no rigid or fixed cell holds (not the reservation)
+        if held is not None and held[0] <= t < held[1]:
+            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
+        self.free_now = int((~busy_t).sum())
         if not waiting:
             return
-        cols = self.res.any(0).nonzero()
-        if len(cols):  # the last timestep's reservation is recomputed from scratch
-            self.res.zero_()
-            self.touch(int(cols[0, 0]), int(cols[-1, 0]) + 1)
+        held = self.hard.release()
+        if held is not None:  # the last timestep's reservation is recomputed from scratch
+            start, end, first, k = held
+            self.touch(start, end)
+            self._changed(start, end, first, k)
         self.refresh(t)
-        want_cs = prefix(self.want(waiting))  # (G + 1,)
-        # Which jobs have a footprint-free block now: every pair at once.
-        qpos = {j: i for i, j in enumerate(self.queue)}
-        end = (t + self.q_duration[self.pair_job]).clamp(max=s.T)  # (pairs,)
-        g0, g1 = self.pair_start, self.pair_start + self.pair_k
-        pair_ok = torch.stack([window_sum(self.P, g0, g1, t, end) == 0,  # beside the footprint
-                               window_sum(self.P_hard, g0, g1, t, end) == 0])  # (2, pairs)
-        job_ok = torch.zeros(2, len(self.queue), dtype=torch.long, device=self.dev)
-        job_ok.index_add_(1, self.pair_job, pair_ok.long())
-        maybe, maybe_hard = (job_ok > 0).tolist()
+        want_cs = self.want_cs(waiting)
+        # Which jobs have a footprint-free block now (or one free of hard cells).
+        maybe = {j: kb.any_free(self.run_avoid, lay.blocks(j), int(lay.gpus[j]), t,
+                                self.length(j, t)) for j in waiting}
+        maybe_hard = {j: kb.any_free(self.hard.run, lay.blocks(j), int(lay.gpus[j]), t,
+                                     self.length(j, t)) for j in waiting}
         reserved = not self.cfg.reservation
         repacks_before = self.repack_checks
-        started = []
+        started = set()
         for j in waiting:
-            ok = maybe[qpos[j]] and self.try_start(j, t, want_cs, allow_repack=False)
-            if (not ok and maybe_hard[qpos[j]]
+            ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
+            if (not ok and maybe_hard[j]
                     and self.repack_checks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
             if ok:
-                started.append(j)
+                started.add(j)
             elif not reserved:
                 reserved = self.reserve(
                     j, t, want_cs, self.repack_checks - repacks_before < self.cfg.repack_jobs)
         if started:
-            done = set(started)
-            keep = [i for i, j in enumerate(self.queue) if j not in done]
-            self._keep(keep)
+            self.queue = [j for j in self.queue if j not in started]
 
-    def _keep(self, keep: list[int]) -> None:
-        """Drop started jobs from the queue and its flat pair arrays."""
-        old = torch.full((len(self.queue),), -1, dtype=torch.long, device=self.dev)
-        old[keep] = torch.arange(len(keep), device=self.dev)
-        self.queue = [self.queue[i] for i in keep]
-        alive = old[self.pair_job] >= 0
-        self.pair_job = old[self.pair_job][alive]
-        self.pair_start = self.pair_start[alive]
-        self.pair_k = self.pair_k[alive]
-        self.q_duration = self.q_duration[keep] if keep else self.q_duration[:0]
-
-    # ---- elastic service at t ---------------------------------------------------
+    # ---- elastic service at t -----------------------------------------------------------------
     def serve_elastic(self, t: int) -> None:
         if not self.elastic:
             return
-        G = self.s.G
-        w = [self.weight[e] for e in self.elastic]
-        need = [int(v) for v in self.need[self.elastic, t].tolist()]
+        lay = self.lay
+        need = self.need[self.el, t]  # (E,)
+        busy_t = self.hard.busy[t].copy()
+        held = self.hard.held
+        if held is not None and held[0] <= t < held[1]:
+            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
         # Best fit, replica by replica.
-        occ = self.busy[:, t].clone()  # (G,) bool
-        fit: list[list[int]] = []
+        picks = np.zeros((len(self.el), max(int(need.max()), 1)), dtype=np.int64)
+        n_picks = np.zeros(len(self.el), dtype=np.int64)
+        _serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
+                        lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class,
+                        lay.gpu_node, lay.node_first, lay.node_end, picks, n_picks)
         fit_value = 0.0
-        for i, e in enumerate(self.elastic):
-            k, b, picks = self.gpus[e], self.blocks[e], []
-            later = [f for f, n in zip(self.elastic[i + 1:], need[i + 1:]) if n > 0]
-            want = (self.compat[later].long().sum(0) if later
-                    else torch.zeros(G, dtype=torch.long, device=self.dev))
-            want_cs = prefix(want)
-            scarce = want_cs[b + k] - want_cs[b]  # (B,)
-            for _ in range(need[i]):
-                cs = prefix(occ)
-                ok = cs[b + k] - cs[b] == 0
-                if not ok.any():
-                    break
-                _, run = _run_positions((~occ)[:, None], self.gpu_first, self.gpu_last)
-                key = (scarce * (G + 1) + run[:, 0][b].clamp(max=G)) * (G + 1) + b
-                key = torch.where(ok, key, torch.iinfo(torch.long).max)
-                g = int(b[key.argmin()])
-                occ[g:g + k] = True
-                picks.append(g)
-            fit.append(picks)
-            fit_value += w[i] * len(picks)
+        for i in range(len(self.el)):
+            fit_value += float(self.el_weight[i]) * int(n_picks[i])
         # The footprint's highest-first packing at t, if it serves more.
-        free = ~self.busy[:, t:t + 1]
-        cov, served = self.pack(free, self.need[self.elastic, t:t + 1])
-        pack_value = sum(wi * int(n) for wi, n in zip(w, served[:, 0].tolist()))
+        free = ~busy_t[None, :]  # (1, G)
+        packed = self.owner[t:t + 1].copy()
+        served = fill_elastic(lay, free, packed, self.elastic, need[:, None], high=True)
+        pack_value = 0.0
+        for i in range(len(self.el)):
+            pack_value += float(self.el_weight[i]) * int(served[i, 0])
         if pack_value > fit_value:
-            f = free.clone()
-            for i, e in enumerate(self.elastic):
-                k = self.gpus[e]
-                ff = (f & self.compat[e][:, None]).flip(0)
-                take = first_n(self.packer_high.starts(ff, k), self.need[e, t:t + 1])
-                c = cover(take, k).flip(0)
-                f &= ~c
-                self.owner[c[:, 0], t] = e
+            self.owner[t] = packed[0]
             return
-        for e, picks in zip(self.elastic, fit):
-            k = self.gpus[e]
-            for g in picks:
-                self.owner[g:g + k, t] = e
+        for i, e in enumerate(self.elastic):
+            k = int(self.el_gpus[i])
+            for g in picks[i, :n_picks[i]].tolist():
+                self.owner[t, g:g + k] = e
 
-    # ---- main loop ----------------------------------------------------------------
+    # ---- main loop ----------------------------------------------------------------------------
     def run(self) -> Plan:
-        for t in range(self.s.T):
+        for t in range(self.lay.T):
             if self.queue:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
-        return Plan(owner=self.owner.cpu(), info={"repack_checks": self.repack_checks})
+        owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
+        return Plan(owner=owner, info={"repack_checks": self.repack_checks})
+
+
+_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)
