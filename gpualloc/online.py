@@ -51,7 +51,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gpualloc.blocks import Packer, cover, first_n
+from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core.layout import layout
+from gpualloc.core.pack import fill_elastic
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.plan import IDLE, Plan, empty_owner
 from gpualloc.policies import POLICIES, Policy
@@ -212,7 +214,6 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     oracle = Oracle(s) if o.forecast == "oracle" else None
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
-    packer = Packer(s)
     replans = 0
     for tau in range(0, s.T, o.replan_every):
         stop = min(tau + o.replan_every, s.T)
@@ -229,7 +230,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             _check_honours(v, planned, name)
             replans += 1
         _commit_rigid(v, index, planned, tau, stop, owner, committed)
-        _serve(s, v, index, planned, tau, stop, owner, packer)
+        _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans})
 
@@ -240,9 +241,9 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
                             f"({v.G}, {v.T}) view: it cannot run with mode=online")
     held = v.fixed >= 0
     moved = held & (planned != v.fixed)
-    fixed_jobs = torch.zeros(v.J + 1, dtype=torch.bool)
-    fixed_jobs[v.fixed[held]] = True
-    elsewhere = ~held & fixed_jobs[planned]  # IDLE indexes the spare last entry
+    decided = torch.zeros(v.J + 1, dtype=torch.bool)
+    decided[:-1] = torch.from_numpy(fixed_jobs(v))
+    elsewhere = ~held & decided[planned]  # IDLE indexes the spare last entry
     if moved.any() or elsewhere.any():
         raise ScenarioError(f"policy {name} does not honour Scenario.fixed (it changed "
                             f"{int(moved.sum())} decided cells and ran decided jobs on "
@@ -256,9 +257,9 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
     first = torch.full((v.J + 1,), v.T, dtype=torch.long)
     first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
                           torch.where(busy, t_idx, v.T).flatten(), "amin")
-    fixed_jobs = set(v.fixed[v.fixed >= 0].unique().tolist())
+    decided = fixed_jobs(v)
     for vj in range(v.J):
-        if not v.jobs[vj].rigid or vj in fixed_jobs or first[vj] >= stop - tau:
+        if not v.jobs[vj].rigid or decided[vj] or first[vj] >= stop - tau:
             continue
         cells = planned == vj  # (G, T - tau) block x [start, end)
         j = index[vj]
@@ -267,29 +268,24 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
         committed.start[j] = (tau + int(first[vj]), g0)
 
 
-def _serve(s, v, index, planned, tau, stop, owner, packer) -> None:
+def _serve(s, v, index, planned, tau, stop, owner) -> None:
     # Real-time replicas meet the actual demand of each step of the window:
     # planned replicas up to demand, then free GPUs for what is unmet.
-    w = slice(tau, stop)
+    lay = layout(s)
     R = stop - tau
-    actual = s.demand[:, w]  # (J, R) the present of each step, zero before arrival
-    kept = torch.zeros(s.J, R, dtype=torch.long)
+    window = owner[:, tau:stop].T.numpy()  # (R, G) a copy, written back below
+    actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
+    plan = planned[:, :R].T.numpy()  # (R, G)
+    unmet = actual.copy()
     for vj in range(v.J):
         if v.jobs[vj].rigid:
             continue
         j = index[vj]
-        k = s.jobs[j].gpus
-        mine = (planned[:, :R] == vj) & (owner[:, w] == IDLE)  # (G, R)
-        take = first_n(packer.starts(mine, k), actual[j])  # lowest planned blocks, up to demand
-        owner[:, w][cover(take, k)] = j
-        kept[j] = take.sum(0)
-    unmet = actual - kept  # (J, R)
-    order = sorted((j for j in range(s.J) if not s.jobs[j].rigid and s.jobs[j].arrival < stop),
-                   key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
-    for j in order:
-        if not (unmet[j] > 0).any():
-            continue
-        k = s.jobs[j].gpus
-        free = (owner[:, w] == IDLE) & s.compat[j][:, None]  # (G, R)
-        take = first_n(packer.starts(free, k), unmet[j])
-        owner[:, w][cover(take, k)] = j
+        mine = (plan == vj) & (window == IDLE)  # (R, G)
+        # The lowest planned blocks, up to demand.
+        kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
+        unmet[j] -= kept[0]
+    order = priority_order(s, [j for j in range(s.J) if not lay.rigid[j] and lay.arrival[j] < stop
+                               and (unmet[j] > 0).any()])
+    fill_elastic(lay, window == IDLE, window, order, unmet[order])
+    owner[:, tau:stop] = torch.from_numpy(window.T)

@@ -1,16 +1,20 @@
 """FIFO, the baseline, exactly as PROBLEM.md defines it: whole nodes reserved for
 real-time inference, rigid jobs in arrival order with head-of-line blocking.
 
-Vectorized: the fit of every candidate block of the head job is one gather on
-a prefix sum; elastic service is computed for all timesteps at once per job.
+On the placement core: elastic service is its elastic fill (lowest block
+first) inside the reservation; the rigid queue is one compiled loop over
+events (a job's end), the head taking the lowest free block outside it.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
+from numba import njit
 
-from gpualloc.blocks import Packer, cover, first_n, free_blocks, prefix
 from gpualloc.config import FifoConfig
-from gpualloc.plan import IDLE, Plan, empty_owner
+from gpualloc.core.layout import layout
+from gpualloc.core.pack import fill_elastic
+from gpualloc.plan import IDLE, Plan
 from gpualloc.scenario import Scenario
 
 
@@ -41,60 +45,80 @@ def reservation(s: Scenario, reserve: int | None = None) -> torch.Tensor:
 
 def fifo(s: Scenario, cfg: FifoConfig | None = None, device: torch.device | str = "cpu") -> Plan:
     cfg = cfg or FifoConfig()
-    owner = empty_owner(s, device)
-    reserved = reservation(s, cfg.reserve).to(device)
-    _serve_elastic(s, owner, reserved, device)
-    unplaceable = _run_rigid(s, owner, reserved, device)
-    return Plan(owner=owner.cpu(), info={
-        "reserved_nodes": int(s.gpu_node[reserved.cpu()].unique().numel()),
-        "fifo_unplaceable": [s.jobs[j].id for j in unplaceable]})
+    lay = layout(s)
+    reserved = reservation(s, cfg.reserve)
+    owner = np.full((s.T, s.G), IDLE, dtype=np.int64)  # (T, G)
+    # Elastic jobs: arrival order, then scenario order; each up to its
+    # demand, lowest free block first, inside the reservation.
+    elastic = sorted((j for j in range(s.J) if not lay.rigid[j]),
+                     key=lambda j: (lay.arrival[j], j))
+    free = np.repeat(reserved.numpy()[None, :], s.T, axis=0)  # (T, G)
+    fill_elastic(lay, free, owner, elastic, lay.demand[elastic])
+    # Rigid jobs: candidate blocks that avoid the reservation, per class.
+    outside = np.zeros(s.G + 1, dtype=np.int64)
+    outside[1:] = np.cumsum(reserved.numpy())
+    size = np.array(s.class_size, dtype=np.int64)
+    start = lay.class_blocks
+    block_size = np.repeat(size, np.diff(lay.class_ptr))
+    clear = outside[start + block_size] - outside[start] == 0
+    queue = np.array(sorted((j for j in range(s.J) if lay.rigid[j]),
+                            key=lambda j: (lay.arrival[j], j)), dtype=np.int64)
+    unplaceable = np.zeros(s.J, dtype=np.bool_)
+    _run_rigid(queue, lay.arrival, lay.gpus, lay.duration, lay.job_class, lay.class_ptr,
+               lay.class_blocks, clear, s.G, s.T, owner, unplaceable)
+    return Plan(owner=torch.from_numpy(np.ascontiguousarray(owner.T)), info={
+        "reserved_nodes": int(s.gpu_node[reserved].unique().numel()),
+        "fifo_unplaceable": [s.jobs[j].id for j in queue if unplaceable[j]]})
 
 
-def _serve_elastic(s: Scenario, owner, reserved, device) -> None:
-    # Arrival order, then scenario order; each job up to its demand, lowest
-    # free block first, all timesteps at once.
-    packer = Packer(s, device)
-    order = sorted((j for j in range(s.J) if not s.jobs[j].rigid),
-                   key=lambda j: (s.jobs[j].arrival, j))
-    for j in order:
-        k = s.jobs[j].gpus
-        free = (owner == IDLE) & reserved[:, None] & s.compat[j].to(device)[:, None]  # (G, T)
-        take = first_n(packer.starts(free, k), s.demand[j].to(device))
-        owner[cover(take, k)] = j
-
-
-def _run_rigid(s: Scenario, owner, reserved, device) -> list[int]:
-    queue = sorted((j for j in range(s.J) if s.jobs[j].rigid), key=lambda j: (s.jobs[j].arrival, j))
-    outside = ~reserved
-    busy_until = torch.zeros(s.G, dtype=torch.long, device=device)
-    # Candidate blocks that avoid the reservation, per block class.
-    cs_res = prefix(reserved)
-    starts = [b.to(device) for b in s.class_blocks]
-    starts = [b[free_blocks(b, k, cs_res)] for b, k in zip(starts, s.class_size)]
-    unplaceable = []
+@njit(cache=True)
+def _run_rigid(queue, arrival, gpus, duration, job_class, class_ptr, class_blocks, clear, G, T,
+               owner, unplaceable):
+    """The head of the queue starts on the lowest free block outside the
+    reservation (`clear` marks those blocks) while it fits; when it does not,
+    nothing starts until a running job ends (no backfill). A job no block
+    outside the reservation could ever hold is unplaceable and leaves."""
+    busy_until = np.zeros(G, dtype=np.int64)
     t, head = 0, 0
-    while head < len(queue) and t < s.T:
+    while head < queue.shape[0] and t < T:
         j = queue[head]
-        b = starts[int(s.job_class[j])]
-        if len(b) == 0:  # no block outside the reservation could ever hold it
-            unplaceable.append(j)
+        c = job_class[j]
+        k = gpus[j]
+        possible = False
+        for x in range(class_ptr[c], class_ptr[c + 1]):
+            possible = possible or clear[x]
+        if not possible:
+            unplaceable[j] = True
             head += 1
             continue
-        arrival = s.jobs[j].arrival
-        if arrival > t:
-            t = arrival
+        if arrival[j] > t:
+            t = arrival[j]
             continue
-        k = s.jobs[j].gpus
-        fits = free_blocks(b, k, prefix((busy_until > t) | ~outside))
-        hit = fits.nonzero()
-        if len(hit):
-            g = int(b[hit[0, 0]])
-            end = min(t + s.jobs[j].duration, s.T)
-            owner[g:g + k, t:end] = j
-            busy_until[g:g + k] = end
+        hit = -1
+        for x in range(class_ptr[c], class_ptr[c + 1]):
+            if not clear[x]:
+                continue
+            b = class_blocks[x]
+            ok = True
+            for g in range(b, b + k):
+                if busy_until[g] > t:
+                    ok = False
+                    break
+            if ok:
+                hit = b
+                break
+        if hit >= 0:
+            end = min(t + duration[j], T)
+            for tt in range(t, end):
+                for g in range(hit, hit + k):
+                    owner[tt, g] = j
+            for g in range(hit, hit + k):
+                busy_until[g] = end
             head += 1
             continue
         # Head-of-line blocking: nothing changes until a running job ends.
-        later = busy_until[busy_until > t]
-        t = int(later.min()) if len(later) else s.T
-    return unplaceable
+        nxt = T
+        for g in range(G):
+            if busy_until[g] > t and busy_until[g] < nxt:
+                nxt = busy_until[g]
+        t = nxt
