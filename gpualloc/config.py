@@ -2,13 +2,167 @@
 
 YAML under conf/ holds values; these dataclasses are the schemas. Everything
 below run.py receives these objects, never a DictConfig.
+
+Every setting is checked where it is defined: each dataclass has a
+`validate(at)` method beside its fields, one rule per field, and the ones
+with a fixed place in the run config (solver, greedy, exact, fifo, online,
+scenario, the run itself) call it from `__post_init__`, which
+OmegaConf.to_object runs as it builds them, before any work. The parts whose
+place varies (a pool, a workload) are validated by the scenario that holds
+them, which knows their place. An error names the override to change and
+what is allowed, on one line:
+
+    solver.rounding=bset: must be one of relaxed, priority, best
+
+It is a SettingError, raised from `__post_init__`; OmegaConf lets it through
+unwrapped (it wraps only TypeError), and gpualloc.run prints it as
+`error: ...` and exits 2, like a bad scenario file.
+
+Settings with a fixed set of values are plain `str` fields checked here, not
+Enum or Literal fields: OmegaConf refuses Literal annotations, and an Enum is
+checked by OmegaConf while Hydra composes the config, before gpualloc's code
+runs, so a typo would end in Hydra's multi-line message and exit code 1.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omegaconf import MISSING
+
+# ---- what settings allow ----------------------------------------------------------
+
+DEVICES = ("auto", "cpu", "cuda")
+MODES = ("offline", "online")
+FORECASTS = ("oracle", "last_day", "ewma")
+ROUNDINGS = ("relaxed", "priority", "best")
+GRIDS = ("auto", "dense", "packed")
+DTYPES = ("float32", "bfloat16", "float16")
+"""dtypes of the allocator's relaxed grid (gpualloc.memory reads their sizes from torch)."""
+SEED_MAX = 2**31 - 1
+"""Largest run seed: the exact policy hands it to CP-SAT, whose random_seed is 32-bit."""
+
+
+class SettingError(ValueError):
+    """A setting outside what it allows. The message names the override to
+    change and what is allowed, on one line. gpualloc.run treats it like a
+    ScenarioError: `error: MESSAGE` on stderr, exit code 2."""
+
+
+def _show(v, width: int = 60) -> str:
+    """A value as an override would spell it, cut to one short line."""
+    if v is None:
+        text = "null"
+    elif isinstance(v, bool):
+        text = str(v).lower()
+    elif isinstance(v, (list, tuple)):
+        text = "[" + ", ".join(_show(x, width) for x in v) + "]"
+    else:
+        text = str(v)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 4] + " ..."
+
+
+def _interval(text: str) -> tuple[float, float, bool, bool, str]:
+    """An interval as maths writes it, e.g. `(0, 1]`: (lo, hi, lo_open,
+    hi_open, its text for a message: "in (0, 1]"). Up to inf the text is
+    "> 0" or ">= 0"; open at inf means finite numbers only."""
+    lo, hi = (float(x) for x in text[1:-1].split(","))
+    lo_open, hi_open = text[0] == "(", text[-1] == ")"
+    if hi == math.inf:
+        return lo, hi, lo_open, hi_open, f"{'>' if lo_open else '>='} {lo:g}"
+    return lo, hi, lo_open, hi_open, f"in {text}"
+
+
+def _inside(v, lo: float, hi: float, lo_open: bool, hi_open: bool) -> bool:
+    # NaN compares false everywhere: outside every interval.
+    return (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+
+
+def _is_number(v, integer: bool) -> bool:
+    if isinstance(v, bool):
+        return False
+    return isinstance(v, int) if integer else isinstance(v, (int, float))
+
+
+class _Rules:
+    """The checks of one config object's fields; `at` is its place in the run
+    config ("solver", "scenario.pools[0]", "" for the run itself)."""
+
+    def __init__(self, obj, at: str):
+        self.obj, self.at = obj, at
+
+    def fail(self, name: str, rule: str, value: Any = None, show: bool = True):
+        path = f"{self.at}.{name}" if self.at else name
+        value = getattr(self.obj, name) if value is None else value
+        raise SettingError(f"{path}={_show(value)}: {rule}" if show else f"{path}: {rule}")
+
+    def one_of(self, name: str, options: tuple[str, ...]) -> None:
+        if getattr(self.obj, name) not in options:
+            self.fail(name, f"must be one of {', '.join(options)}")
+
+    def text(self, name: str) -> None:
+        v = getattr(self.obj, name)
+        if not isinstance(v, str) or not v:
+            self.fail(name, "must be a non-empty string", value=repr(v))
+
+    def number(self, name: str, interval: str, integer: bool = False,
+               null: bool = False) -> None:
+        """A number inside `interval` ("[0, inf)": >= 0 and finite; "(0, inf]":
+        > 0, inf allowed); `null`: None allowed too."""
+        v = getattr(self.obj, name)
+        if v is None and null:
+            return
+        lo, hi, lo_open, hi_open, rule = _interval(interval)
+        if not (_is_number(v, integer) and _inside(v, lo, hi, lo_open, hi_open)):
+            kind = ("an integer " if integer else
+                    "a finite number " if hi_open and _is_number(v, False)
+                    and not math.isfinite(v) else "")
+            self.fail(name, f"must be {kind}{rule}{' or null' if null else ''}")
+
+    def numbers(self, name: str, interval: str, integer: bool = False) -> None:
+        """A non-empty list of numbers, each inside `interval`."""
+        v = getattr(self.obj, name)
+        lo, hi, lo_open, hi_open, rule = _interval(interval)
+        if not (isinstance(v, (list, tuple)) and v and all(
+                _is_number(x, integer) and _inside(x, lo, hi, lo_open, hi_open) for x in v)):
+            kind = "integers" if integer else "numbers"
+            self.fail(name, f"must be a non-empty list of {kind} {rule}")
+
+    def pair(self, name: str, interval: str, integer: bool = False) -> None:
+        """A range [a, b]: two numbers inside `interval`, a <= b."""
+        v = getattr(self.obj, name)
+        lo, hi, lo_open, hi_open, _ = _interval(interval)
+        if not (isinstance(v, (list, tuple)) and len(v) == 2
+                and all(_is_number(x, integer) and _inside(x, lo, hi, lo_open, hi_open)
+                        for x in v) and v[0] <= v[1]):
+            kind = "integers" if integer else "numbers"
+            low = f"{lo:g} {'<' if lo_open else '<='} "
+            high = "" if hi == math.inf else f" {'<' if hi_open else '<='} {hi:g}"
+            self.fail(name, f"must be two {kind} [a, b] with {low}a <= b{high}")
+
+    def weights(self, name: str, of: str) -> None:
+        """Empty (uniform), or one weight >= 0 per entry of the list `of`, not all 0."""
+        w, n = getattr(self.obj, name), len(getattr(self.obj, of))
+        ok = isinstance(w, (list, tuple)) and (not w or (
+            len(w) == n and all(_is_number(x, False) and _inside(x, 0, math.inf, False, True)
+                                for x in w) and sum(w) > 0))
+        if not ok:
+            self.fail(name, f"must be empty (uniform) or {n} weights >= 0, one per entry of "
+                            f"{of}, not all 0")
+
+    def gpu_types(self, name: str, known: set[str] | None) -> None:
+        """Allowed-type sets whose names some pool has (an empty set: any type)."""
+        v = getattr(self.obj, name)
+        for types in v:
+            if not isinstance(types, (list, tuple)) or not all(
+                    isinstance(t, str) and t for t in types):
+                self.fail(name, "must be a list of lists of GPU type names")
+            for t in types:
+                if known is not None and t not in known:
+                    self.fail(name, f"names {t}, which no pool has (pools have "
+                                    f"{', '.join(sorted(known))})")
 
 
 # ---- scenarios ------------------------------------------------------------------
@@ -21,6 +175,15 @@ class PoolConfig:
     gpus_per_node: int = 8
     gpu_type: str = "H100"
     memory_gb: float = 80.0
+
+    def validate(self, at: str) -> None:
+        """`at`: its place, e.g. scenario.pools[0] (GeneratedScenarioConfig calls it)."""
+        r = _Rules(self, at)
+        r.text("name")
+        r.number("count", "[1, inf)", integer=True)
+        r.number("gpus_per_node", "[1, inf)", integer=True)
+        r.text("gpu_type")
+        r.number("memory_gb", "(0, inf)")
 
 
 @dataclass
@@ -54,6 +217,26 @@ class RigidWorkloadConfig:
     """Memory needs to draw from."""
     min_memory_weights: list[float] = field(default_factory=list)
 
+    def validate(self, at: str, gpu_types: set[str] | None = None) -> None:
+        """`at`: its place, e.g. scenario.training; `gpu_types`: the pools' types
+        (GeneratedScenarioConfig calls it)."""
+        r = _Rules(self, at)
+        r.number("count", "[0, inf)", integer=True)
+        r.number("rate_per_hour", "[0, inf)")
+        r.numbers("gpus", "[1, inf)", integer=True)
+        r.weights("gpus_weights", "gpus")
+        r.number("duration_median_hours", "(0, inf)")
+        r.number("duration_sigma", "[0, inf)")
+        r.number("duration_max_hours", "(0, inf)")
+        r.pair("priority", "[1, inf)", integer=True)  # PROBLEM.md: priorities > 0
+        r.pair("arrival_window", "[0, 1]")
+        r.number("bursts", "[0, inf)", integer=True)
+        r.number("burst_hours", "[0, inf)")
+        r.gpu_types("gpu_types", gpu_types)
+        r.weights("gpu_types_weights", "gpu_types")
+        r.numbers("min_memory_gb", "[0, inf)")
+        r.weights("min_memory_weights", "min_memory_gb")
+
 
 @dataclass
 class RealtimeWorkloadConfig:
@@ -80,6 +263,27 @@ class RealtimeWorkloadConfig:
     min_memory_gb: list[float] = field(default_factory=lambda: [0.0])
     min_memory_weights: list[float] = field(default_factory=list)
 
+    def validate(self, at: str, gpu_types: set[str] | None = None) -> None:
+        """`at`: its place, scenario.realtime_inference; `gpu_types`: the pools'
+        types (GeneratedScenarioConfig calls it)."""
+        r = _Rules(self, at)
+        r.number("services", "[0, inf)", integer=True)
+        r.numbers("gpus", "[1, inf)", integer=True)
+        r.weights("gpus_weights", "gpus")
+        r.pair("peak_replicas", "[0, inf)", integer=True)
+        r.pair("peak_to_trough", "[1, inf)")  # below 1 the trough would be above the peak
+        r.pair("peak_hour", "[0, 24]")
+        r.number("noise", "[0, inf)")
+        r.number("spikes_per_day", "[0, inf)")
+        r.pair("spike_factor", "[0, inf)")
+        r.pair("spike_hours", "[0, inf)")
+        r.pair("priority", "[1, inf)", integer=True)  # PROBLEM.md: priorities > 0
+        r.pair("arrival_window", "[0, 1]")
+        r.gpu_types("gpu_types", gpu_types)
+        r.weights("gpu_types_weights", "gpu_types")
+        r.numbers("min_memory_gb", "[0, inf)")
+        r.weights("min_memory_weights", "min_memory_gb")
+
 
 @dataclass
 class GeneratedScenarioConfig:
@@ -98,6 +302,28 @@ class GeneratedScenarioConfig:
         gpus=[1, 2, 4, 8], priority=[1, 6], duration_median_hours=2.0))
     realtime_inference: RealtimeWorkloadConfig = field(default_factory=RealtimeWorkloadConfig)
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "scenario") -> None:
+        """Its own fields, its pools and workloads (their places named), and the
+        GPU types the workloads ask for against the pools'. The practical size
+        limits (horizon, GPUs, jobs) are gpualloc.generate's, with the scenario's."""
+        r = _Rules(self, at)
+        r.number("horizon", "[1, inf)", integer=True)
+        r.number("step_minutes", "[1, inf)", integer=True)
+        if not isinstance(self.pools, (list, tuple)) or not self.pools:
+            r.fail("pools", "must be a non-empty list of pools", value=[])
+        for i, pool in enumerate(self.pools):
+            pool.validate(f"{at}.pools[{i}]")
+        names = [p.name for p in self.pools]
+        for name in names:
+            if names.count(name) > 1:
+                r.fail("pools", f"two pools are named {name}; names must differ", show=False)
+        types = {p.gpu_type for p in self.pools}
+        for kind in ("training", "batch_inference", "quantization", "realtime_inference"):
+            getattr(self, kind).validate(f"{at}.{kind}", types)
+
 
 @dataclass
 class FileScenarioConfig:
@@ -107,6 +333,9 @@ class FileScenarioConfig:
     """Empty: the small example that ships with gpualloc (gpualloc/examples/);
     pkg://PACKAGE/FILE: a file inside an installed package."""
 
+    def validate(self, at: str = "scenario") -> None:
+        """Any path: the loader checks the file and names what is wrong in it."""
+
 
 # ---- policies ---------------------------------------------------------------------
 
@@ -115,6 +344,12 @@ class FifoConfig:
     reserve: Optional[int] = None
     """Whole nodes reserved for real-time inference; null: PROBLEM.md's rule
     (the fewest nodes covering the peak total elastic demand)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "fifo") -> None:
+        _Rules(self, at).number("reserve", "[0, inf)", integer=True, null=True)
 
 
 @dataclass
@@ -151,6 +386,10 @@ class SolverConfig:
     local_search_patience: int = 40
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
+    time_limit_s: Optional[float] = None
+    """Wall-clock budget in seconds for the allocator's local search (an anytime
+    budget: the search stops at the limit, the iteration cap or its patience,
+    whichever comes first; null: no limit)."""
     ruin_window: list[int] = field(default_factory=lambda: [4, 48])
     """Range of the time window a ruin move empties, in timesteps."""
     demand_aware: bool = True
@@ -178,6 +417,32 @@ class SolverConfig:
     memory_budget_gb: Optional[float] = None
     """GiB the run may use (the memory guard, gpualloc.memory); null: 90% of
     the device's free memory. Above it, a run stops with a clear message."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "solver") -> None:
+        r = _Rules(self, at)
+        r.number("iterations", "[0, inf)", integer=True)
+        r.number("step", "(0, inf)")
+        r.number("penalty_start", "(0, inf)")  # a geometric schedule: both ends > 0
+        r.number("penalty_end", "(0, inf)")
+        r.number("smooth", "[0, inf)")  # 0: no contiguity penalty
+        r.number("damping", "(0, 1]")
+        r.number("time_discount", "[0, 1)")  # 1 would make the last step worth nothing
+        r.one_of("rounding", ROUNDINGS)
+        r.numbers("rounding_thresholds", "[0, 1]")
+        r.number("local_search_iters", "[0, inf)", integer=True)
+        r.number("local_search_patience", "[0, inf)", integer=True)
+        r.number("time_limit_s", "(0, inf]", null=True)
+        r.pair("ruin_window", "[1, inf)", integer=True)
+        # seed: any integer seeds the search (random.Random); the run's seed is checked.
+        r.one_of("grid", GRIDS)
+        r.number("dense_max_cells", "[0, inf)", integer=True)
+        r.number("window_slack", "[0, inf)", integer=True)
+        r.one_of("dtype", DTYPES)
+        r.number("cpu_threads", "[0, inf)", integer=True)
+        r.number("memory_budget_gb", "(0, inf)", null=True)
 
 
 @dataclass
@@ -209,6 +474,14 @@ class GreedyConfig:
     repack_blocks: int = 4
     """Candidate blocks (best fit first) re-pack-checked per such job."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "greedy") -> None:
+        r = _Rules(self, at)
+        r.number("repack_jobs", "[0, inf)", integer=True)  # 0: no re-pack checks
+        r.number("repack_blocks", "[1, inf)", integer=True)  # the checks need a block each
+
 
 @dataclass
 class ExactConfig:
@@ -234,6 +507,17 @@ class ExactConfig:
     lp_time_limit_s: float = 300.0
     """HiGHS wall-clock limit for the LP; at the limit no bound is reported."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "exact") -> None:
+        r = _Rules(self, at)
+        r.number("time_limit_s", "(0, inf]")  # inf: no limit (CP-SAT's own default)
+        r.number("workers", "[0, inf)", integer=True)
+        r.number("max_variables", "[1, inf)", integer=True)
+        r.number("lp_max_nonzeros", "[0, inf)", integer=True)  # 0: always the per-pool bound
+        r.number("lp_time_limit_s", "(0, inf]")  # inf: no limit (HiGHS's own default)
+
 
 # ---- online (rolling-horizon) mode -----------------------------------------------------
 
@@ -253,6 +537,17 @@ class OnlineConfig:
     """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
     headroom: float = 1.0
     """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "online") -> None:
+        r = _Rules(self, at)
+        r.number("replan_every", "[1, inf)", integer=True)
+        r.one_of("forecast", FORECASTS)
+        r.number("ewma_alpha", "(0, 1]")
+        r.number("period_steps", "[1, inf)", integer=True, null=True)
+        r.number("headroom", "(0, inf)")
 
 
 # ---- the run ------------------------------------------------------------------------
@@ -279,6 +574,23 @@ class RunConfig:
     passes, seeing only what has arrived (gpualloc.online; FIFO is online by
     nature and runs unchanged)."""
     online: OnlineConfig = field(default_factory=OnlineConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Every setting of the run, its parts included (each part checks
+        itself when it is built; this catches a part changed since)."""
+        r = _Rules(self, "")
+        r.one_of("device", DEVICES)
+        r.number("seed", f"[0, {SEED_MAX}]", integer=True)
+        r.one_of("mode", MODES)
+        if hasattr(self.scenario, "validate"):
+            self.scenario.validate()
+        for part in (self.fifo, self.solver, self.greedy, self.exact, self.online):
+            part.validate()
+        # policies: gpualloc.run checks the names against the registry, which
+        # lives with the policies (they import this module, not the reverse).
 
 
 def register_configs() -> None:

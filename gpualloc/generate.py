@@ -5,18 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from gpualloc.config import GeneratedScenarioConfig, RealtimeWorkloadConfig, RigidWorkloadConfig
-from gpualloc.scenario import Job, Pool, Scenario, ScenarioError, check_limits, from_dict
+from gpualloc.scenario import Job, Pool, Scenario, check_limits, from_dict
 
 _PREFIX = {"training": "train", "batch_inference": "batch", "quantization": "quant",
            "realtime_inference": "rt"}
 
 
-def _choice(rng: np.random.Generator, options: list, weights: list[float], what: str):
-    if not options:
-        raise ScenarioError(f"generator: '{what}' needs at least one option")
-    if weights and len(weights) != len(options):
-        raise ScenarioError(f"generator: '{what}_weights' has {len(weights)} entries for "
-                            f"{len(options)} options")
+def _choice(rng: np.random.Generator, options: list, weights: list[float]):
+    # The config has checked both: options non-empty, weights empty or one per option.
     p = np.asarray(weights, dtype=float) / np.sum(weights) if weights else None
     return options[int(rng.choice(len(options), p=p))]
 
@@ -43,16 +39,15 @@ def _rigid_jobs(rng, kind: str, w: RigidWorkloadConfig, horizon: int, step_minut
     for i in range(n):
         hours = min(rng.lognormal(np.log(w.duration_median_hours), w.duration_sigma),
                     w.duration_max_hours)
-        types = _choice(rng, w.gpu_types, w.gpu_types_weights, "gpu_types") if w.gpu_types else []
+        types = _choice(rng, w.gpu_types, w.gpu_types_weights) if w.gpu_types else []
         jobs.append(Job(
             id=f"{_PREFIX[kind]}-{i}", kind=kind,
             priority=int(rng.integers(w.priority[0], w.priority[1] + 1)),
             arrival=int(arrivals[i]),
-            gpus=int(_choice(rng, w.gpus, w.gpus_weights, "gpus")),
+            gpus=int(_choice(rng, w.gpus, w.gpus_weights)),
             duration=max(1, int(round(hours / hours_per_step))),
             gpu_types=list(types) or None,
-            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights,
-                                        "min_memory_gb"))))
+            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights))))
     return jobs
 
 
@@ -78,31 +73,31 @@ def _services(rng, w: RealtimeWorkloadConfig, horizon: int, step_minutes: float)
     arrivals = _arrivals(rng, w.services, w.arrival_window, 0, 1.0, horizon)
     jobs = []
     for i in range(w.services):
-        types = _choice(rng, w.gpu_types, w.gpu_types_weights, "gpu_types") if w.gpu_types else []
+        types = _choice(rng, w.gpu_types, w.gpu_types_weights) if w.gpu_types else []
         jobs.append(Job(
             id=f"rt-{i}", kind="realtime_inference",
             priority=int(rng.integers(w.priority[0], w.priority[1] + 1)),
             arrival=int(arrivals[i]),
-            gpus=int(_choice(rng, w.gpus, w.gpus_weights, "gpus")),
+            gpus=int(_choice(rng, w.gpus, w.gpus_weights)),
             demand=demand_curve(rng, w, horizon, step_minutes),
             gpu_types=list(types) or None,
-            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights,
-                                        "min_memory_gb"))))
+            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights))))
     return jobs
 
 
 def generate(cfg: GeneratedScenarioConfig, seed: int) -> Scenario:
     """Draw a scenario. Jobs are listed in arrival order (ties: kind, then index),
     the order a scheduler would have received them."""
-    # Sizes are checked before anything T- or job-sized is drawn.
+    # Settings (cfg.validate: the config's own rules, again in case cfg was
+    # changed since it was built) and sizes are checked before anything T- or
+    # job-sized is drawn.
+    cfg.validate()
     hours = cfg.horizon * cfg.step_minutes / 60.0
     expected = sum(w.count if w.rate_per_hour <= 0 else
                    w.rate_per_hour * hours * (w.arrival_window[1] - w.arrival_window[0])
                    for w in (cfg.training, cfg.batch_inference, cfg.quantization))
     check_limits(cfg.horizon, sum(p.count * p.gpus_per_node for p in cfg.pools),
                  int(expected) + cfg.realtime_inference.services, where="generator")
-    if cfg.horizon < 1:
-        raise ScenarioError(f"generator: horizon must be >= 1, got {cfg.horizon}")
     rng = np.random.default_rng(seed)
     jobs = []
     for kind in ("training", "batch_inference", "quantization"):

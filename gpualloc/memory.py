@@ -25,11 +25,13 @@ from pathlib import Path
 
 import torch
 
+from gpualloc.config import DTYPES
 from gpualloc.policies.allocator.grid import packed_columns, representation
 from gpualloc.scenario import Scenario, ScenarioError
 
 GiB = 2**30
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+ITEMSIZE = {name: getattr(torch, name).itemsize for name in DTYPES}
+"""Bytes per cell of each grid dtype (solver.dtype's values: gpualloc.config checks them)."""
 SAFETY = 0.9
 """Fraction of the device's free memory a run may plan to use (the rest is
 headroom for other processes and allocator slack); a configured budget is
@@ -64,7 +66,7 @@ def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",
                 device: torch.device | str = "cpu") -> int:
     """Upper bound on the relaxation's peak bytes with the dense (G, J, T) grid."""
     device = torch.device(device)
-    b = _itemsize(dtype)
+    b = ITEMSIZE[dtype]
     if _uses_reference(device):
         # The torch reference holds the grid, its mask (precomputed on the
         # CPU; two bool temporaries on CUDA without Triton) and the time
@@ -86,7 +88,7 @@ def packed_bytes(G: int, L: int, J: int, T: int, dtype: str = "float32",
     price gathered per column (float32; with float32 copies of a
     half-precision grid) or the positive cells (bool and grid dtype); 25% of
     room above the model."""
-    b = _itemsize(dtype)
+    b = ITEMSIZE[dtype]
     per_cell = (3 * b + max(4 + (8 if b < 4 else 0), 1 + b)) * 5 / 4
     # Per column: job and timestep indices (int64), gathered gains, sums.
     return int(G * L * per_cell + 48 * L + _side(G, J, T) + _fixed(torch.device(device)))
@@ -102,12 +104,6 @@ def grid_bytes(s: Scenario, cfg, device: torch.device | str = "cpu",
         return packed_bytes(s.G, packed_columns(s, cfg.window_slack), s.J, s.T, cfg.dtype,
                             device)
     return dense_bytes(s.G, s.J, s.T, cfg.dtype, device)
-
-
-def _itemsize(dtype: str) -> int:
-    if dtype not in ITEMSIZE:
-        raise ScenarioError(f"solver.dtype={dtype}: must be one of {', '.join(ITEMSIZE)}")
-    return ITEMSIZE[dtype]
 
 
 def _side(G: int, J: int, T: int) -> int:
@@ -239,12 +235,10 @@ def device_available(device: torch.device | str) -> tuple[int | None, str]:
 
 
 def budget(budget_gb: float | None, device: torch.device | str) -> tuple[int | None, str]:
-    """(bytes, description) a run may use: the configured budget, else
-    SAFETY x the device's free memory."""
+    """(bytes, description) a run may use: the configured budget
+    (solver.memory_budget_gb, > 0: gpualloc.config checks it), else SAFETY x
+    the device's free memory."""
     if budget_gb is not None:
-        if not budget_gb > 0:
-            raise MemoryGuardError(f"solver.memory_budget_gb={budget_gb}: must be > 0 "
-                                   "(or null: the device's free memory)")
         return int(budget_gb * GiB), f"solver.memory_budget_gb={budget_gb:g}"
     avail, source = device_available(device)
     if avail is None:

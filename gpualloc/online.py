@@ -46,44 +46,25 @@ defines it.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, replace
 
 import torch
 
+from gpualloc.config import FORECASTS, OnlineConfig, RunConfig  # noqa: F401 (re-exported)
 from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
-from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.plan import IDLE, Plan, empty_owner
 from gpualloc.policies import POLICIES, Policy
 from gpualloc.scenario import Job, Scenario, ScenarioError
 
-FORECASTS = ("oracle", "last_day", "ewma")
 ONLINE_BY_NATURE = ("fifo",)
 """Policies that run unchanged in online mode."""
 
 
-def validate(cfg: RunConfig) -> None:
-    """Errors name the override to change."""
-    if cfg.mode not in ("offline", "online"):
-        raise ScenarioError(f"mode={cfg.mode}: must be offline or online")
-    o = cfg.online
-    if o.replan_every < 1:
-        raise ScenarioError(f"online.replan_every={o.replan_every}: must be >= 1")
-    if o.forecast not in FORECASTS:
-        raise ScenarioError(f"online.forecast={o.forecast}: must be one of {', '.join(FORECASTS)}")
-    if not 0 < o.ewma_alpha <= 1:
-        raise ScenarioError(f"online.ewma_alpha={o.ewma_alpha}: must be in (0, 1]")
-    if o.period_steps is not None and o.period_steps < 1:
-        raise ScenarioError(f"online.period_steps={o.period_steps}: must be >= 1 or null")
-    if not (math.isfinite(o.headroom) and o.headroom > 0):
-        raise ScenarioError(f"online.headroom={o.headroom}: must be a number > 0")
-
-
 def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    """The registry policy `name` on `s`, offline or online as `cfg.mode` says."""
-    validate(cfg)
+    """The registry policy `name` on `s`, offline or online as `cfg.mode` says
+    (`cfg`'s settings are checked where they are defined: gpualloc.config)."""
     if cfg.mode == "offline" or name in ONLINE_BY_NATURE:
         return POLICIES[name](s, cfg, device)
     return online(s, POLICIES[name], cfg, device, name=name)
@@ -206,7 +187,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
            name: str = "policy", on_view=None) -> Plan:
     """Rolling-horizon plan of `s` by `policy` (module docstring). `on_view`,
     if given, is called with each (tau, view scenario, view -> scenario index)."""
-    validate(cfg)
+    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
     o = cfg.online
     if getattr(getattr(cfg, "solver", None), "progress", False):
         cfg = copy.deepcopy(cfg)  # one progress bar per replan would flood the terminal

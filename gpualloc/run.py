@@ -22,12 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from gpualloc import scenario as scenario_io
 from gpualloc.check import check
-from gpualloc.config import FileScenarioConfig, GeneratedScenarioConfig, RunConfig, register_configs
+from gpualloc.config import (FileScenarioConfig, GeneratedScenarioConfig, RunConfig, SettingError,
+                             register_configs)
 from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
 from gpualloc.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
-from gpualloc.online import run_policy, validate
+from gpualloc.online import run_policy
 from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
@@ -39,13 +40,16 @@ class InfeasiblePlan(RuntimeError):
     """A policy returned a plan the checker rejects: a bug, never hidden."""
 
 
+USER_ERRORS = (ScenarioError, SettingError)
+"""Bad input (a scenario, a setting): one line on stderr, exit code 2, no traceback."""
+
+
 def resolve_device(name: str) -> torch.device:
+    """`name`: auto | cpu | cuda (RunConfig checks the value; here, the machine)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ScenarioError("device=cuda: no CUDA device is available (use device=auto or cpu)")
-    if name not in ("cpu", "cuda"):
-        raise ScenarioError(f"device={name}: must be auto, cpu or cuda")
     return torch.device(name)
 
 
@@ -81,11 +85,11 @@ def build_scenario(cfg, seed: int) -> Scenario:
 
 def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     """Run every chosen policy on the scenario; returns what metrics.json holds."""
+    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
     unknown = [p for p in cfg.policies if p not in POLICIES]
     if unknown:
         raise ScenarioError(f"policies: unknown {', '.join(unknown)} "
                             f"(known: {', '.join(POLICIES)})")
-    validate(cfg)
     if cfg.plot:
         from gpualloc.plots import require_matplotlib
         require_matplotlib()  # before the work, not after it
@@ -163,17 +167,19 @@ def main(dcfg: DictConfig) -> None:
         print(f"error: {_usage()}", file=sys.stderr)
         sys.exit(2)
     try:
+        # Building the dataclasses checks every setting (gpualloc.config): a
+        # bad one raises SettingError here, before any work.
         cfg: RunConfig = OmegaConf.to_object(dcfg)
         result = run(cfg, out_dir)
     except Exception as e:  # noqa: BLE001 - sorted below
         if multirun:
             # In a sweep, one failed run is recorded and the others go on.
-            message = str(e) if isinstance(e, ScenarioError) else traceback.format_exc()
+            message = str(e) if isinstance(e, USER_ERRORS) else traceback.format_exc()
             atomic_write_text(out_dir / "metrics.json",
                               json.dumps({"error": message, "overrides": _overrides()}))
             print(f"error: {message}", file=sys.stderr)
             return
-        if isinstance(e, ScenarioError):
+        if isinstance(e, USER_ERRORS):
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         raise

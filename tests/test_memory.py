@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from gpualloc.config import SolverConfig
+from gpualloc.config import SettingError, SolverConfig
 from gpualloc.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
                              check_scenario_memory, cpu_available, dense_bytes, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
@@ -132,8 +132,9 @@ def test_budget_sources():
         limit, text = budget(None, "cpu")
         assert limit <= avail and "%" in text
     assert budget(2.0, "cpu") == (2 * 2**30, "solver.memory_budget_gb=2")
-    with pytest.raises(MemoryGuardError, match="must be > 0"):
-        budget(0.0, "cpu")
+    # A budget of 0 is refused where the setting is defined (tests/test_settings.py).
+    with pytest.raises(SettingError, match=r"solver.memory_budget_gb=0.0: must be > 0 or null"):
+        SolverConfig(memory_budget_gb=0.0)
     s = from_dict(rigid_doc(64, 10, 24))
     assert 0 < scenario_bytes(s) < 2**30
 

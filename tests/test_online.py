@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from fixed_policy import fixed_greedy
 from gpualloc.check import check
-from gpualloc.config import OnlineConfig, RunConfig
+from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.policies.fifo import fifo
 from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, forecast, online, run_policy, visible
 from gpualloc.plan import Plan, empty_owner
@@ -193,14 +193,22 @@ def test_policy_that_ignores_fixed_is_refused():
 
 @pytest.mark.parametrize("override, message", [
     (dict(mode="sideways"), "mode=sideways"),
-    (dict(online=OnlineConfig(replan_every=0)), "online.replan_every=0"),
-    (dict(online=OnlineConfig(forecast="crystal_ball")), "online.forecast=crystal_ball"),
-    (dict(online=OnlineConfig(ewma_alpha=0.0)), "online.ewma_alpha=0.0"),
+    (dict(online=dict(replan_every=0)), "online.replan_every=0"),
+    (dict(online=dict(forecast="crystal_ball")), "online.forecast=crystal_ball"),
+    (dict(online=dict(ewma_alpha=0.0)), "online.ewma_alpha=0.0"),
 ])
 def test_config_errors_name_the_override(override, message):
-    with pytest.raises(ScenarioError, match=message):
-        run_policy("fifo", from_dict(scen_doc()), RunConfig(**{"mode": "online", **override}),
-                   "cpu")
+    # Refused when the config is built (gpualloc.config; every setting:
+    # tests/test_settings.py), and again by the loop if changed since.
+    with pytest.raises(SettingError, match=message):
+        RunConfig(**{"mode": "online", **{k: OnlineConfig(**v) if k == "online" else v
+                                          for k, v in override.items()}})
+    c = cfg()
+    for key, value in override.items():
+        for field, v in ([(key, value)] if key == "mode" else value.items()):
+            setattr(c if key == "mode" else c.online, field, v)
+    with pytest.raises(SettingError, match=message):
+        online(from_dict(scen_doc()), fixed_greedy, c)
 
 
 def test_run_online_mode(tmp_path):
