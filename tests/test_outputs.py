@@ -116,8 +116,11 @@ def test_interrupted_runs_leave_whole_files(tmp_path):
         # A killed sweep job mid-write: nothing half-written under a real name.
         "sigkill_write": (_start(tmp_path / "b", *scenario, stall="plan_fifo.json"),
                           signal.SIGKILL),
-        # Ctrl-C in the allocator's solve, after FIFO's plan was written.
-        "sigint_solve": (_start(tmp_path / "c", *scenario), signal.SIGINT),
+        # Ctrl-C in the allocator's solve, after FIFO's plan was written (a
+        # search that only the clock would end, so the signal lands in it).
+        "sigint_solve": (_start(tmp_path / "c", *scenario, "solver.local_search_patience=0",
+                                "solver.local_search_iters=1000000000",
+                                "solver.time_limit_s=600"), signal.SIGINT),
     }
     folders = {"sigint_write": "a", "sigkill_write": "b", "sigint_solve": "c"}
     for name, (proc, sig) in runs.items():
