@@ -14,8 +14,12 @@ from gpualloc.trace import (PRIMARY, CsvColumns, TraceError, Window, convert, ma
                             read_alibaba, read_csv, read_nodes, trace_pools)
 
 REPO = Path(__file__).resolve().parents[1]
-# The trace ships beside the checkout (../shared), never inside the package.
-TRACE = REPO.parent / "shared" / "traces" / "alibaba-gpu-v2023"
+# An excerpt of the trace, cut by tests/data/cut_alibaba.py (source, licence and
+# the command: tests/data/README.md): every pod of the windows converted below,
+# the pods within 6 h of them, those deleted at the trace's end, the whole node
+# list. Conversions of those windows give what the whole trace gives; only the
+# rows read and the `outside` count differ.
+TRACE = REPO / "tests" / "data" / "alibaba-gpu-v2023"
 EXAMPLE = REPO / "gpualloc" / "examples" / "alibaba_134d_168h.json"
 HOUR, DAY = 3600.0, 86400.0
 
@@ -36,11 +40,13 @@ def week():
 
 def test_alibaba_week_counts(week):
     # Every pod under exactly one primary rule; the numbers are facts of the
-    # trace under the documented rules (the README's table).
+    # trace under the documented rules (the README's table), but `outside`:
+    # the excerpt's 1,635 pods (of the trace's 8,152) leave 140 outside the
+    # window (6,657 in the whole trace).
     c = week.counts
-    assert sum(c[k] for k in PRIMARY) == week.rows == 8152
+    assert sum(c[k] for k in PRIMARY) == week.rows == 1635
     assert {k: c[k] for k in PRIMARY} == {
-        "outside": 6657, "no_gpu": 194, "never_ran_dropped": 62, "no_model": 0,
+        "outside": 140, "no_gpu": 194, "never_ran_dropped": 62, "no_model": 0,
         "service": 880, "rigid": 359}
     assert {k: v for k, v in c.items() if k not in PRIMARY and v} == {
         "fractional_service": 158, "fractional_rigid": 324, "never_ran_service": 82,
@@ -80,7 +86,12 @@ def test_alibaba_default_list_whole_cluster():
     assert r.scenario.G == 6212 and sum(p.count for p in r.scenario.pools) == 1213
     assert r.counts["narrowed"] == r.counts["no_model"] == 0
     assert all(j.gpu_types is None for j in r.scenario.jobs)
-    assert sum(r.counts[k] for k in PRIMARY) == 8152
+    assert sum(r.counts[k] for k in PRIMARY) == r.rows == 1075
+    # As the whole trace gives them, but `outside` (7,226 of its 8,152 pods).
+    assert {k: r.counts[k] for k in PRIMARY} == {
+        "outside": 149, "no_gpu": 129, "never_ran_dropped": 41, "no_model": 0,
+        "service": 595, "rigid": 161}
+    assert (r.scenario.J, r.services) == (164, 3)
 
 
 def test_sample_keeps_every_model():
@@ -91,6 +102,19 @@ def test_sample_keeps_every_model():
     assert pools[0].gpu_type == "G2"  # the trace's largest pool first
     with pytest.raises(TraceError, match="sample-gpus 16"):
         trace_pools(nodes, {}, sample_gpus=16)
+
+
+def test_excerpt_is_cut_by_its_script(tmp_path):
+    # tests/data/cut_alibaba.py still runs from the root, and cutting the excerpt
+    # again changes nothing: it holds no row outside the script's rule (a row
+    # lost from the windows shows in the counts above).
+    r = subprocess.run([sys.executable, "tests/data/cut_alibaba.py", str(TRACE), "--out",
+                        str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in TRACE.glob("*.csv"))
+    assert names == sorted(p.name for p in tmp_path.iterdir()) and len(names) == 4
+    for name in names:
+        assert (tmp_path / name).read_bytes() == (TRACE / name).read_bytes(), name
 
 
 POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -174,7 +198,7 @@ def test_alibaba_cli(tmp_path, capsys):
             "--length", "168h", "--sample-gpus", "64", "--name", "alibaba_134d_168h", "-o",
             str(out))
     assert r.returncode == 0, r.stderr
-    assert "880  serving" in r.stdout and "8152  (total)" in r.stdout
+    assert "880  serving" in r.stdout and "1635  (total)" in r.stdout
     assert load(out).to_dict() == load(EXAMPLE).to_dict()
     # Errors: exit 2, named, no traceback, no file (in-process from here on).
     assert main(["alibaba", str(TRACE / "openb_pod_list_multigpu50.csv"), "--start", "1d",
