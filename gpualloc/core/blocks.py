@@ -124,7 +124,9 @@ def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, valu
                 if not early or net > best:
                     best = net
                 early = True
-    if not early or best <= base + 1e-9:
+    if not early:
+        return -2
+    if best <= base + 1e-9:
         return -1
     for t in range(after, t_safe):
         need = min(d, T - t)

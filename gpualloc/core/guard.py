@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from gpualloc.core.blocks import best_displacing, earliest, fewest_left
+
 
 @njit(cache=True)
 def _short(slack, subset_pools, k, d, out):
@@ -22,13 +24,18 @@ def _short(slack, subset_pools, k, d, out):
     U, T = slack.shape
     P = subset_pools.shape[1]
     out[:] = False
+    # The minimum over each window by a monotonic queue, from the end: O(T).
+    queue = np.zeros(T, dtype=np.int64)
     for u in range(U):
-        for t in range(T):
-            m = slack[u, t]
-            for x in range(t + 1, min(t + d, T)):
-                if slack[u, x] < m:
-                    m = slack[u, x]
-            if m < k:
+        head, tail = 0, 0
+        for t in range(T - 1, -1, -1):
+            while tail > head and slack[u, queue[tail - 1]] >= slack[u, t]:
+                tail -= 1
+            queue[tail] = t
+            tail += 1
+            while queue[head] >= t + d:
+                head += 1
+            if slack[u, queue[head]] < k:
                 for p in range(P):
                     if subset_pools[u, p]:
                         out[p, t] = True
@@ -52,6 +59,14 @@ def _price(slack, subset_pools, subset_priority, subset_replica, k, d, out):
             for p in range(P):
                 if subset_pools[u, p] and w > out[p, t]:
                     out[p, t] = w
+
+
+@njit(cache=True)
+def _take(slack, subset_pools, pool, t0, t1, k):
+    for u in range(slack.shape[0]):
+        if subset_pools[u, pool]:
+            for t in range(t0, t1):
+                slack[u, t] -= k
 
 
 class DemandGuard:
@@ -99,8 +114,12 @@ class DemandGuard:
     def take(self, pool: int, t0: int, t1: int, k: int) -> None:
         """A k-GPU rigid job holds GPUs of `pool` over [t0, t1) (negative k: releases them)."""
         if self.U:
-            self.slack[self.subset_pools[:, pool], t0:t1] -= k
+            _take(self.slack, self.subset_pools, pool, t0, t1, k)
             self._cache.clear()
+
+    def changed(self) -> None:
+        """The slack was changed in place (gpualloc.core.insert): drop caches."""
+        self._cache.clear()
 
     def short(self, k: int, d: int) -> np.ndarray:
         """(P, T) bool: a k-GPU run of d steps starting at t in pool p leaves
@@ -143,3 +162,37 @@ class DemandGuard:
     def restore(self, slack: np.ndarray) -> None:
         self.slack = slack
         self._cache.clear()
+
+
+@njit(cache=True)
+def guarded_find(run, busy, blocks, block_pool, k, d, after, slack, subset_pools,
+                 subset_priority, subset_replica, guarded, displace, value_per_step, gpu_node,
+                 n_nodes):
+    """The earliest feasible (start, first GPU) of a rigid job, or (-1, -1):
+    its earliest start >= after on a free block that, when guarded, leaves
+    the known elastic demand room over the whole run; with displace too, an
+    earlier start that displaces demand when its value net of the displaced
+    service beats that (gpualloc.core.blocks.best_displacing). The third
+    value is true when no block is free from `after` on at all, guard or
+    not (then no longer job of the class fits from then on either)."""
+    T = busy.shape[0]
+    B = blocks.shape[0]
+    P = subset_pools.shape[1]
+    short = np.zeros((P, T), dtype=np.bool_)
+    if guarded:
+        _short(slack, subset_pools, k, d, short)
+    options = np.zeros(B, dtype=np.bool_)
+    t0 = earliest(run, blocks, block_pool, k, d, after, T, short, guarded, options)
+    none_free = t0 >= T and not guarded
+    if guarded and displace and t0 > after:
+        price = np.zeros((P, T), dtype=np.float64)
+        _price(slack, subset_pools, subset_priority, subset_replica, k, d, price)
+        early = np.zeros(B, dtype=np.bool_)
+        t = best_displacing(run, blocks, block_pool, k, d, after, t0, T, price, value_per_step,
+                            early)
+        if t >= 0:
+            return t, blocks[fewest_left(busy, t, blocks, early, gpu_node, n_nodes)], False
+        none_free = t0 >= T and t == -2
+    if t0 >= T:
+        return -1, -1, none_free
+    return t0, blocks[fewest_left(busy, t0, blocks, options, gpu_node, n_nodes)], False

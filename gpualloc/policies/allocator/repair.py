@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from gpualloc.core import fixed_jobs, priority_order
-from gpualloc.core.guard import DemandGuard
+from gpualloc.core.guard import DemandGuard, guarded_find
+from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
@@ -96,33 +97,19 @@ class Schedule:
         priority-weighted elastic service it displaces, beats its value at
         its earliest start that displaces nothing (0 when there is none)."""
         lay = self.lay
-        if len(lay.blocks(j)) == 0:
+        c = lay.job_class[j]
+        lo, hi = lay.class_ptr[c], lay.class_ptr[c + 1]
+        if lo == hi:
             return None
-        after = max(int(lay.arrival[j]), not_before)
-        k, d = int(lay.gpus[j]), int(lay.duration[j])
-        guarded = demand_aware and self.guard.U > 0
-        t0, options = self.occ.earliest(j, after, self.guard.short(k, d) if guarded else None)
-        if guarded and displace:
-            spot = self._displacing(j, after, t0)
-            if spot is not None:
-                return spot
-        if t0 == self.T:
-            return None
-        return t0, self.occ.fewest_left(j, t0, options)
-
-    def _displacing(self, j: int, after: int, t_safe: int):
-        """The best start before t_safe that displaces elastic demand, when it
-        is worth more than starting at t_safe (see `find`)."""
-        from gpualloc.core.blocks import best_displacing
-        lay = self.lay
-        if t_safe <= after:
-            return None
-        k, d = int(lay.gpus[j]), int(lay.duration[j])
-        blocks = lay.blocks(j)
-        options = np.zeros(len(blocks), dtype=np.bool_)
-        t = best_displacing(self.occ.run, blocks, lay.job_block_pool(j), k, d, after, t_safe,
-                            self.T, self.guard.price(k, d), float(lay.priority[j] * k), options)
-        return None if t < 0 else (t, self.occ.fewest_left(j, t, options))
+        guard = self.guard
+        k = int(lay.gpus[j])
+        t, first, _ = guarded_find(
+            self.occ.run, self.occ.busy, lay.class_blocks[lo:hi], lay.block_pool[lo:hi], k,
+            int(lay.duration[j]), max(int(lay.arrival[j]), not_before), guard.slack,
+            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            demand_aware and guard.U > 0, displace, float(lay.priority[j] * k), lay.gpu_node,
+            lay.N)
+        return None if t < 0 else (int(t), int(first))
 
     def fits_at(self, j: int, t: int, demand_aware: bool = True,
                 displace: bool = True) -> tuple[int | None, bool]:
@@ -191,6 +178,27 @@ class Schedule:
         self.place(j, *spot)
         return True
 
+    def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None) -> int:
+        """`insert` for each job of `order` not placed yet, in order (from
+        at[j] first, when given), in one compiled loop. Returns how many
+        were placed."""
+        lay, occ, guard = self.lay, self.occ, self.guard
+        order = np.asarray(order, dtype=np.int64)
+        not_before = np.full(len(order), -1, dtype=np.int64)
+        if at:
+            for i, j in enumerate(order.tolist()):
+                not_before[i] = at.get(j, -1)
+        placed = insert_serial(
+            order, not_before, occ.busy, occ.owner, occ.run, occ.start, occ.first, guard.slack,
+            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            demand_aware and guard.U > 0, lay.gpus, lay.duration, lay.arrival, lay.priority,
+            lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool,
+            lay.gpu_node, lay.N)
+        if placed:
+            occ.version += 1
+            guard.changed()
+        return placed
+
     # ---- value ---------------------------------------------------------------------------
     def _placed(self) -> np.ndarray:
         return np.nonzero(self.start >= 0)[0]
@@ -255,11 +263,8 @@ def build(s: Scenario, order: list[int], demand_aware: bool = True,
     """Serial placement: each rigid job in `order` at its earliest feasible
     start (from `at[j]` first, when given); then elastic service."""
     sched = Schedule(s)
-    rigid = sched.lay.rigid
-    for j in order:
-        if rigid[j] and not sched.done[j] and sched.start[j] < 0:
-            if at is None or j not in at or not sched.insert(j, at[j], demand_aware):
-                sched.insert(j, demand_aware=demand_aware)
+    lay = sched.lay
+    sched.insert_all([j for j in order if lay.rigid[j] and not sched.done[j]], demand_aware, at)
     sched.fill_elastic()
     return sched
 

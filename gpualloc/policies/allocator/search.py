@@ -110,8 +110,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         candidates = removed + others
         key = {j: -priority[j] + noise * rng.random() for j in candidates}
         candidates.sort(key=lambda j: key[j])
-        for j in candidates:
-            sched.insert(j, demand_aware=demand_aware)
+        sched.insert_all(candidates, demand_aware)
         for j in candidates:
             if sched.start[j] >= 0:
                 lo = min(lo, sched.start[j])
