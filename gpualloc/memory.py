@@ -69,13 +69,11 @@ def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",
     b = ITEMSIZE[dtype]
     if _uses_reference(device):
         # The torch reference holds the grid, its mask (precomputed on the
-        # CPU; two bool temporaries on CUDA without Triton) and the time
-        # differences, all in the grid's dtype, then either the positive
-        # cells (bool) and their copy in the grid's dtype for the sums, or,
-        # for a half-precision grid, float32 copies while the float32 gain
-        # is added. Measured on the CPU (torch 2.13, 4.3e7 cells): 17.1 bytes
-        # a cell in float32, 14.0 in bfloat16; 25% of room above the model.
-        per_cell = (3 * b + max(1 + b, 8 if b < 4 else 0)) * 5 / 4
+        # CPU; two bool temporaries on CUDA without Triton) and its two work
+        # buffers (the time differences and the positive cells), all in the
+        # grid's dtype, and for a half-precision grid float32 copies while
+        # the float32 gain is added. 25% of room above the model.
+        per_cell = (4 * b + (8 if b < 4 else 0)) * 5 / 4
     else:
         per_cell = b  # the fused Triton kernel works in place
     return int(G * J * T * per_cell + _side(G, J, T) + _fixed(device))
@@ -84,12 +82,12 @@ def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",
 def packed_bytes(G: int, L: int, J: int, T: int, dtype: str = "float32",
                  device: torch.device | str = "cpu") -> int:
     """Upper bound on the relaxation's peak bytes with the packed (G, L) grid:
-    grid + mask + time differences (grid dtype), then either the capacity
-    price gathered per column (float32; with float32 copies of a
-    half-precision grid) or the positive cells (bool and grid dtype); 25% of
-    room above the model."""
+    grid + mask + the two work buffers (time differences; the capacity price
+    gathered per column, then the positive cells), all in the grid's dtype;
+    a half-precision grid also gathers the float32 price and makes float32
+    copies. 25% of room above the model."""
     b = ITEMSIZE[dtype]
-    per_cell = (3 * b + max(4 + (8 if b < 4 else 0), 1 + b)) * 5 / 4
+    per_cell = (4 * b + (4 + 8 if b < 4 else 0)) * 5 / 4
     # Per column: job and timestep indices (int64), gathered gains, sums.
     return int(G * L * per_cell + 48 * L + _side(G, J, T) + _fixed(torch.device(device)))
 
@@ -289,7 +287,8 @@ def _message(s: Scenario, cfg, device: torch.device, grid: str, need: int, limit
     if cfg.dtype == "float32":
         from dataclasses import replace
         half = grid_bytes(s, replace(cfg, dtype="bfloat16"), device, grid)
-        options.append(f"solver.dtype=bfloat16 (about {fmt_bytes(half)})")
+        if half < need:
+            options.append(f"solver.dtype=bfloat16 (about {fmt_bytes(half)})")
     if grid == "dense":
         packed = grid_bytes(s, cfg, device, "packed")
         if packed < need:

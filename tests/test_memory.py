@@ -12,6 +12,7 @@ import torch
 from hypothesis import given
 
 from gpualloc.config import SettingError, SolverConfig
+from gpualloc.kernels.pgd import triton_available
 from gpualloc.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
                              check_scenario_memory, cpu_available, dense_bytes, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
@@ -60,7 +61,13 @@ def test_estimate_scales_with_the_grid_and_dtype():
     small, big = dense_bytes(64, 300, 168), dense_bytes(640, 300, 168)
     extra_cells = (640 - 64) * 300 * 168
     assert 17 * extra_cells < big - small < 30 * extra_cells  # float32 grid + temporaries
-    assert dense_bytes(512, 1500, 168, "bfloat16") < dense_bytes(512, 1500, 168, "float32")
+    # Half precision halves the grid where the fused kernel works in place; on
+    # the CPU the float32 temporaries of the torch step eat the saving
+    # (measured: 17 bytes a cell either way).
+    assert dense_bytes(512, 1500, 168, "bfloat16") <= dense_bytes(512, 1500, 168, "float32")
+    if triton_available():
+        assert (dense_bytes(512, 1500, 168, "bfloat16", "cuda")
+                < dense_bytes(512, 1500, 168, "float32", "cuda"))
     # The representation is the allocator's: packed on the CPU above dense_max_cells.
     cfg = SolverConfig()
     small_s, big_s = from_dict(rigid_doc(64, 100, 96)), from_dict(rigid_doc(512, 1500, 168))
@@ -78,7 +85,9 @@ def test_tiny_budget_stops_the_allocator_before_the_grid():
         check_grid_memory(s, cfg, torch.device("cpu"))
     msg = str(e.value)
     assert isinstance(e.value, ScenarioError) and "\n" not in msg
-    for part in ("64 x 200 x 96", "solver.memory_budget_gb=0.05", "solver.dtype=bfloat16",
+    # On the CPU half precision saves nothing (see above): it is not offered.
+    assert "solver.dtype=bfloat16" not in msg
+    for part in ("64 x 200 x 96", "solver.memory_budget_gb=0.05",
                  "solver.grid=packed", "solver.rounding=priority", "smaller scenario",
                  fmt_bytes(dense_bytes(64, 200, 96))):
         assert part in msg

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from gpualloc.kernels.pgd import pgd_step, pgd_step_packed
+from gpualloc.kernels.pgd import pgd_step, pgd_step_packed, scratch, triton_available
 from gpualloc.scenario import Scenario
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -60,9 +60,12 @@ class Grid:
         if self.representation == "dense":
             self.x = torch.zeros(G, J, T, device=device, dtype=dtype)
             self.mask = None
+            self.work = None  # the fused Triton kernel needs none
             if device.type == "cpu":  # the reference would rebuild it every step
                 self.mask = (compat.T[:, :, None] & (t[None, None, :] >= self.arrival[None, :, None])
                              & free[:, None, :]).to(dtype)  # (G, J, T)
+            if device.type == "cpu" or not triton_available():
+                self.work = scratch(self.x)
             return
         L = int(width.sum())
         self.cols_job = torch.repeat_interleave(torch.arange(J), width).to(device)  # (L,)
@@ -79,12 +82,13 @@ class Grid:
         self.edges = edges.to(device)
         self.mask = (compat.T[:, self.cols_job] & free[:, self.cols_t]).to(dtype)  # (G, L)
         self.x = torch.zeros(G, L, device=device, dtype=dtype)
+        self.work = scratch(self.x)
 
     def step(self, gain, price, smooth):
         if self.representation == "dense":
             _, *out = pgd_step(self.x, self.compat, self.arrival, self.free, gain, price,
-                               self.rigid, smooth, self.mask)
+                               self.rigid, smooth, self.mask, self.work)
             return out
         _, *out = pgd_step_packed(self.x, self.cols_job, self.cols_t, self.mask, gain, price,
-                                  self.smooth_cols, self.edges, smooth, self.J)
+                                  self.smooth_cols, self.edges, smooth, self.J, self.work)
         return out

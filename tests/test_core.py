@@ -1,0 +1,239 @@
+"""The placement core against plain-Python references that try every block
+and every start, written from PROBLEM.md's words only (no core code), on
+random small clusters and occupancies."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpualloc.core import blocks as kb
+from gpualloc.core.guard import DemandGuard, guarded_find
+from gpualloc.core.layout import layout
+from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill_elastic
+from gpualloc.scenario import from_dict
+
+
+# ---- references -------------------------------------------------------------------------
+
+def every_block(s, k: int, pools_ok) -> list[int]:
+    """First GPUs of every block of k GPUs (PROBLEM.md): k consecutive GPUs
+    inside one node at any offset, or k / n whole consecutive nodes of one
+    pool when k is larger than the node; only on allowed pools."""
+    out, first = [], 0
+    for p, pool in enumerate(s.pools):
+        n = pool.gpus_per_node
+        for node in range(pool.count):
+            base = first + node * n
+            if not pools_ok[p]:
+                continue
+            if k <= n:
+                out += [base + off for off in range(n - k + 1)]
+            elif k % n == 0 and node + k // n <= pool.count:
+                out.append(base)
+        first += pool.count * n
+    return sorted(out)
+
+
+def ref_free(busy, b, k, t, need) -> bool:
+    return not busy[t:t + need, b:b + k].any()
+
+
+def ref_earliest(busy, blocks, k, d, after):
+    T = busy.shape[0]
+    for t in range(after, T):
+        fit = [b for b in blocks if ref_free(busy, b, k, t, min(d, T - t))]
+        if fit:
+            return t, fit
+    return T, []
+
+
+def ref_pack(free, blocks, k, n, high):
+    """Take the lowest (highest) free block, then the next, up to n."""
+    free = free.copy()
+    taken = []
+    for _ in range(n):
+        ok = [b for b in blocks if free[b:b + k].all()]
+        if not ok:
+            break
+        b = max(ok) if high else min(ok)
+        free[b:b + k] = False
+        taken.append(b)
+    return free, taken
+
+
+# ---- random clusters --------------------------------------------------------------------
+
+@st.composite
+def clusters(draw, max_pools=3, horizon=(1, 10)):
+    T = draw(st.integers(*horizon))
+    pools = [{"name": f"p{i}", "count": draw(st.integers(1, 3)),
+              "gpus_per_node": draw(st.sampled_from([1, 2, 3, 4, 8])),
+              "gpu_type": f"X{i}", "memory_gb": 80}
+             for i in range(draw(st.integers(1, max_pools)))]
+    k = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 16]))
+    pools_ok = draw(st.lists(st.booleans(), min_size=len(pools), max_size=len(pools)))
+    if not any(pools_ok):
+        pools_ok[0] = True
+    types = [p["gpu_type"] for p, ok in zip(pools, pools_ok) if ok]
+    d = draw(st.integers(1, T + 2))
+    jobs = [{"id": "j", "kind": "training", "priority": 3, "arrival": 0, "gpus": k,
+             "duration": d, "gpu_types": types}]
+    s = from_dict({"name": "c", "horizon": T, "step_minutes": 60,
+                   "cluster": {"pools": pools}, "jobs": jobs})
+    busy = np.array(draw(st.lists(st.lists(st.booleans(), min_size=s.G, max_size=s.G),
+                                  min_size=T, max_size=T)), dtype=np.bool_).reshape(T, s.G)
+    return s, busy, pools_ok
+
+
+def _busy_as_fixed(busy):
+    return np.where(busy, 0, -1).astype(np.int64)
+
+
+@given(clusters(), st.data())
+def test_earliest_fit_and_all_fits(c, data):
+    s, busy, pools_ok = c
+    lay = layout(s)
+    job = s.jobs[0]
+    blocks = every_block(s, job.gpus, pools_ok)
+    assert lay.blocks(0).tolist() == blocks
+    occ = Occupancy(lay, _busy_as_fixed(busy))
+    after = data.draw(st.integers(0, s.T))
+    t, free = occ.earliest(0, after)
+    t_ref, fit_ref = ref_earliest(busy, blocks, job.gpus, job.duration, after)
+    assert t == t_ref
+    assert (lay.blocks(0)[free].tolist() if free is not None else []) == fit_ref
+    # Every block that fits at a given t, for a given number of steps.
+    at = data.draw(st.integers(0, s.T - 1))
+    need = data.draw(st.integers(1, s.T - at))
+    got = lay.blocks(0)[occ.free_at(0, at, need)].tolist()
+    assert got == [b for b in blocks if ref_free(busy, b, job.gpus, at, need)]
+
+
+@given(clusters(), st.integers(0, 6), st.booleans())
+def test_elastic_fill_takes_the_lowest_free_block_then_the_next(c, n, high):
+    s, busy, pools_ok = c
+    lay = layout(s)
+    k = s.jobs[0].gpus
+    blocks = every_block(s, k, pools_ok)
+    free = ~busy
+    owner = np.full(busy.shape, -1, dtype=np.int64)
+    need = np.full((1, s.T), n, dtype=np.int64)
+    got_free = free.copy()
+    served = fill_elastic(lay, got_free, owner, [0], need, high=high)
+    for t in range(s.T):
+        ref_left, taken = ref_pack(free[t], blocks, k, n, high)
+        assert served[0, t] == len(taken)
+        assert (got_free[t] == ref_left).all()
+        assert ((owner[t] == 0) == (free[t] & ~ref_left)).all()
+
+
+@given(clusters(horizon=(2, 10)), st.data())
+@settings(max_examples=30)
+def test_runs_follow_place_remove_and_reservations(c, data):
+    """The free-run grid kept up to date on the rows a change touches equals
+    the grid computed afresh; an EASY reservation blocks exactly its cells
+    until released."""
+    s, busy, _ = c
+    lay = layout(s)
+    occ = Occupancy(lay, _busy_as_fixed(busy))
+    job = s.jobs[0]
+    for _ in range(data.draw(st.integers(1, 6))):
+        if occ.start[0] >= 0 and data.draw(st.booleans()):
+            occ.remove(0)
+        elif occ.start[0] < 0:
+            t, free = occ.earliest(0, data.draw(st.integers(0, s.T - 1)))
+            if free is not None:
+                occ.place(0, t, int(lay.blocks(0)[np.nonzero(free)[0][0]]))
+        assert (occ.run == kb.runs_of(occ.busy)).all()
+    before = occ.busy.copy()
+    t, free = occ.earliest(0, 0)
+    if free is None:
+        return
+    b = int(lay.blocks(0)[np.nonzero(free)[0][-1]])
+    end = t + min(job.duration, s.T - t)
+    if occ.start[0] >= 0:
+        occ.remove(0)
+        before = occ.busy.copy()
+    occ.hold(t, end, b, job.gpus)
+    assert occ.busy[t:end, b:b + job.gpus].all()
+    assert (occ.run == kb.runs_of(occ.busy)).all()
+    assert not occ.free_at(0, t, end - t)[lay.blocks(0).tolist().index(b)]
+    assert occ.release() == (t, end, b, job.gpus)
+    assert (occ.busy == before).all() and (occ.run == kb.runs_of(before)).all()
+
+
+@st.composite
+def guarded_cases(draw):
+    """A rigid job beside real-time services on a small cluster, some cells busy."""
+    T = draw(st.integers(1, 8))
+    pools = [{"name": f"p{i}", "count": draw(st.integers(1, 2)),
+              "gpus_per_node": draw(st.sampled_from([1, 2, 4])), "gpu_type": f"X{i}",
+              "memory_gb": 80} for i in range(draw(st.integers(1, 2)))]
+    types = [p["gpu_type"] for p in pools]
+    jobs = [{"id": "r", "kind": "training", "priority": draw(st.integers(1, 9)), "arrival": 0,
+             "gpus": draw(st.sampled_from([1, 2, 4])), "duration": draw(st.integers(1, T + 1))}]
+    for i in range(draw(st.integers(1, 3))):
+        jobs.append({"id": f"e{i}", "kind": "realtime_inference",
+                     "priority": draw(st.integers(1, 9)), "arrival": 0, "gpus": 1,
+                     "demand": draw(st.lists(st.integers(0, 4), min_size=T, max_size=T)),
+                     "gpu_types": draw(st.lists(st.sampled_from(types), min_size=1,
+                                                max_size=len(types), unique=True))})
+    s = from_dict({"name": "g", "horizon": T, "step_minutes": 60, "cluster": {"pools": pools},
+                   "jobs": jobs})
+    busy = np.array(draw(st.lists(st.lists(st.booleans(), min_size=s.G, max_size=s.G),
+                                  min_size=T, max_size=T)), dtype=np.bool_).reshape(T, s.G)
+    return s, busy, draw(st.integers(0, T - 1)), draw(st.booleans())
+
+
+def _hall_ok(s, busy, j, b, t):
+    """Reference guard: with j on block b from t, for every union of the
+    services' pool sets, the free GPUs of the union cover the demand of the
+    services confined to it, at every step of j's run."""
+    lay = layout(s)
+    elastic = [e for e in range(s.J) if not lay.rigid[e]]
+    sets = {tuple(lay.pool_ok[e]) for e in elastic}
+    unions = set(sets)
+    while True:
+        grown = {tuple(x or y for x, y in zip(a, c)) for a in unions for c in sets} - unions
+        if not grown:
+            break
+        unions |= grown
+    k, T = lay.gpus[j], lay.T
+    for t2 in range(t, min(t + lay.duration[j], T)):
+        taken = busy[t2].copy()
+        taken[b:b + k] = True
+        for u in unions:
+            gpus = np.array(u)[lay.gpu_pool]
+            need = sum(lay.demand[e, t2] * lay.gpus[e] for e in elastic
+                       if all(not ok or inside for ok, inside in zip(lay.pool_ok[e], u)))
+            if (gpus & ~taken).sum() < need:
+                return False
+    return True
+
+
+@given(guarded_cases())
+def test_guarded_earliest_start_keeps_the_demand_room(case):
+    s, busy, after, _ = case
+    lay = layout(s)
+    occ = Occupancy(lay, _busy_as_fixed(busy))
+    elastic = [e for e in range(s.J) if not lay.rigid[e]]
+    guard = DemandGuard(lay, lay.demand, ~busy, elastic)
+    blocks = lay.blocks(0)
+    k, d = int(lay.gpus[0]), int(lay.duration[0])
+    t, g, _ = guarded_find(occ.run, occ.busy, blocks, lay.job_block_pool(0), k, d, after,
+                           guard.slack, guard.subset_pools, guard.subset_priority,
+                           guard.subset_replica, True, False, float(lay.priority[0] * k),
+                           lay.gpu_node, lay.N)
+    ref = None
+    for t_ref in range(after, s.T):
+        fit = [b for b in blocks.tolist() if ref_free(busy, b, k, t_ref, min(d, s.T - t_ref))
+               and _hall_ok(s, busy, 0, b, t_ref)]
+        if fit:
+            ref = (t_ref, fit)
+            break
+    if ref is None:
+        assert t == -1
+    else:
+        assert t == ref[0] and g in ref[1]
