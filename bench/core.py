@@ -1,0 +1,257 @@
+"""The placement core against the code it replaced, in one run on one machine.
+
+    python -m bench.core before-after --base a672683   # plans and wall times, both commits
+    python -m bench.core search-time                   # the allocator's value against its budget
+
+before-after: greedy and the allocator on the 30 small seeds of bench.quality
+and on the seven x seeds 0-2, once with this checkout and once with `--base`
+(checked out into a temporary git worktree), each side in its own process,
+scenarios in the same order. Per run: both objective values, their ratio,
+whether the plans are the same bit for bit, both wall times. Writes
+bench/results/core_before_after.{md,json}.
+
+search-time: the allocator on the seven x seeds 0-2 with its search ended by
+the clock alone (`solver.time_limit_s` = each budget, no iteration cap, no
+patience): the weighted throughput it reaches per budget, against the
+default settings' plan and greedy's. A search ended by the clock depends on
+the machine's speed: the table holds for this machine. Writes
+bench/results/search_time.{md,json}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.common import ROOT, SEVEN, git_commit, machine
+
+# Runs in a checkout of either commit: only what both have (the policy
+# registry, build_scenario, the metrics, the checker, bench.quality.SMALL).
+RECORD = r'''
+import json, sys, time
+import numpy as np, torch
+torch.set_num_threads(1)
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from bench.quality import SMALL
+from gpualloc.check import check
+from gpualloc.config import RunConfig, register_configs
+from gpualloc.generate import generate
+from gpualloc.metrics import weighted_throughput
+from gpualloc.policies import POLICIES
+from gpualloc.run import build_scenario
+
+spec = json.loads(sys.argv[1])
+out, plans = [], {}
+cpu = torch.device("cpu")
+
+def one(key, s, cfg, policy):
+    start = time.perf_counter()
+    plan = POLICIES[policy](s, cfg, cpu)
+    wall = time.perf_counter() - start
+    assert check(s, plan.owner).ok, key
+    out.append({"key": key, "value": weighted_throughput(s, plan.owner), "wall_s": wall})
+    plans[key] = plan.owner.numpy().astype(np.int32)
+
+register_configs()
+for seed in range(spec["small"]):
+    s = generate(SMALL, seed)
+    cfg = RunConfig()
+    cfg.seed = cfg.solver.seed = seed
+    cfg.solver.progress = False
+    for policy in spec["policies"]:
+        one(f"small/{seed}/{policy}", s, cfg, policy)
+with initialize_config_module("gpualloc.conf", version_base=None):
+    for name in spec["seven"]:
+        for seed in spec["seeds"]:
+            cfg = OmegaConf.to_object(compose("config", overrides=[
+                f"+scenario={name}", f"seed={seed}", "solver.progress=false"]))
+            s = build_scenario(cfg.scenario, seed)
+            for policy in spec["policies"]:
+                one(f"{name}/{seed}/{policy}", s, cfg, policy)
+np.savez_compressed(spec["plans"], **plans)
+print(json.dumps(out))
+'''
+
+
+def record(checkout: Path, spec: dict) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    r = subprocess.run([sys.executable, "-c", RECORD, json.dumps(spec)], cwd=checkout, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"recording in {checkout} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def before_after(args) -> dict:
+    import numpy as np
+
+    spec = {"small": args.small_seeds, "seven": SEVEN, "seeds": list(range(args.seeds)),
+            "policies": ["greedy", "allocator"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT,
+                       check=True, capture_output=True)
+        try:
+            started = time.perf_counter()
+            old = record(base, {**spec, "plans": str(Path(tmp) / "old.npz")})
+            new = record(ROOT, {**spec, "plans": str(Path(tmp) / "new.npz")})
+            seconds = time.perf_counter() - started
+            old_plans, new_plans = np.load(Path(tmp) / "old.npz"), np.load(Path(tmp) / "new.npz")
+            rows = []
+            for o, n in zip(old, new):
+                assert o["key"] == n["key"]
+                rows.append({"key": n["key"], "before": o["value"], "after": n["value"],
+                             "ratio": n["value"] / o["value"] if o["value"] else 1.0,
+                             "same_plan": bool((old_plans[n["key"]] == new_plans[n["key"]]).all()),
+                             "before_s": o["wall_s"], "after_s": n["wall_s"]})
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
+                           capture_output=True)
+    return {"base": args.base, "rows": rows, "seconds": seconds}
+
+
+def before_after_markdown(result: dict) -> str:
+    rows = result["rows"]
+    lines = [f"# The placement core against {result['base']}", "",
+             f"Commit {result['commit']}, {result['date']}; machine: {result['machine']['cpu']}, "
+             f"{result['machine']['cores']} cores; one torch thread; both sides in one run "
+             f"(`{result['command']}`, {result['seconds']:.0f} s). Every plan passed the checker.",
+             "", "## Summary", "",
+             "| policy | runs | same plan | below before | worst ratio | mean ratio | "
+             "wall before s | wall after s | speed-up |", "|---|---|---|---|---|---|---|---|---|"]
+    for group, prefix in (("small (30 seeds)", "small/"), ("the seven x 3", "")):
+        for policy in ("greedy", "allocator"):
+            rs = [r for r in rows if r["key"].endswith("/" + policy)
+                  and (r["key"].startswith("small/") == (prefix == "small/"))]
+            if not rs:
+                continue
+            before = sum(r["before_s"] for r in rs)
+            after = sum(r["after_s"] for r in rs)
+            lines.append(
+                f"| {policy}, {group} | {len(rs)} | {sum(r['same_plan'] for r in rs)} | "
+                f"{sum(r['ratio'] < 1 - 1e-12 for r in rs)} | {min(r['ratio'] for r in rs):.4f} | "
+                f"{statistics.mean(r['ratio'] for r in rs):.4f} | {before:.1f} | {after:.1f} | "
+                f"x{before / after:.1f} |")
+    lines += ["", "Wall times are sums over the runs, each side warm after its first run (the "
+              "first run of the new side includes loading or compiling the core).", "",
+              "## Every run", "", "| run | before | after | ratio | same plan | before s | after s |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['key']} | {r['before']:,.0f} | {r['after']:,.0f} | {r['ratio']:.4f} | "
+                     f"{'yes' if r['same_plan'] else 'no'} | {r['before_s']:.2f} | "
+                     f"{r['after_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def search_time(args) -> dict:
+    import torch
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from gpualloc.check import check
+    from gpualloc.config import register_configs
+    from gpualloc.metrics import weighted_throughput
+    from gpualloc.policies import POLICIES
+    from gpualloc.run import build_scenario
+
+    torch.set_num_threads(1)
+    register_configs()
+    cpu = torch.device("cpu")
+    rows = []
+    with initialize_config_module("gpualloc.conf", version_base=None):
+        for name in SEVEN:
+            for seed in range(args.seeds):
+                base = [f"+scenario={name}", f"seed={seed}", "solver.progress=false"]
+                cfg = OmegaConf.to_object(compose("config", overrides=base))
+                s = build_scenario(cfg.scenario, seed)
+                row = {"scenario": name, "seed": seed, "budgets": {}}
+                for label, overrides in (("greedy", None), ("default", [])):
+                    start = time.perf_counter()
+                    if overrides is None:
+                        plan = POLICIES["greedy"](s, cfg, cpu)
+                    else:
+                        plan = POLICIES["allocator"](s, cfg, cpu)
+                        row["default_search"] = plan.info["local_search"]
+                    assert check(s, plan.owner).ok
+                    row[label] = weighted_throughput(s, plan.owner)
+                    row[f"{label}_s"] = time.perf_counter() - start
+                for budget in args.budgets:
+                    timed = OmegaConf.to_object(compose("config", overrides=base + [
+                        f"solver.time_limit_s={budget}", "solver.local_search_iters=1000000000",
+                        "solver.local_search_patience=0"] if budget > 0 else base + [
+                        "solver.local_search_iters=0"]))
+                    start = time.perf_counter()
+                    plan = POLICIES["allocator"](s, timed, cpu)
+                    wall = time.perf_counter() - start
+                    assert check(s, plan.owner).ok
+                    row["budgets"][str(budget)] = {
+                        "value": weighted_throughput(s, plan.owner), "wall_s": wall,
+                        "moves": plan.info["local_search"]["iterations"]}
+                rows.append(row)
+                print(name, seed, {b: v["value"] for b, v in row["budgets"].items()}, flush=True)
+    return {"budgets": args.budgets, "rows": rows}
+
+
+def search_time_markdown(result: dict) -> str:
+    budgets = [str(b) for b in result["budgets"]]
+    lines = ["# The allocator's value against its search budget", "",
+             f"Commit {result['commit']}, {result['date']}; machine: {result['machine']['cpu']}, "
+             f"{result['machine']['cores']} cores; one torch thread (`{result['command']}`).", "",
+             "Per scenario, the mean over seeds of weighted throughput relative to greedy's "
+             "(x1.000 = greedy), with the search ended by the clock alone after each budget "
+             "(`solver.time_limit_s`, no iteration cap, no patience; 0: no search), then the "
+             "default settings (iteration cap and patience) and their mean whole-run wall time.",
+             "", "| scenario | " + " | ".join(f"{b} s" for b in budgets) + " | default | default s |",
+             "|---|" + "---|" * (len(budgets) + 2)]
+    for name in SEVEN:
+        rs = [r for r in result["rows"] if r["scenario"] == name]
+        if not rs:
+            continue
+        cells = [f"x{statistics.mean(r['budgets'][b]['value'] / r['greedy'] for r in rs):.4f}"
+                 for b in budgets]
+        lines.append(f"| {name} | " + " | ".join(cells)
+                     + f" | x{statistics.mean(r['default'] / r['greedy'] for r in rs):.4f} | "
+                     f"{statistics.mean(r['default_s'] for r in rs):.2f} |")
+    lines += ["", "Moves made per budget (mean over scenarios and seeds): " + ", ".join(
+        f"{b} s: {statistics.mean(r['budgets'][b]['moves'] for r in result['rows']):.0f}"
+        for b in budgets), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    ba = sub.add_parser("before-after")
+    ba.add_argument("--base", default="a672683", help="the commit to compare with")
+    ba.add_argument("--seeds", type=int, default=3)
+    ba.add_argument("--small-seeds", type=int, default=30)
+    st = sub.add_parser("search-time")
+    st.add_argument("--seeds", type=int, default=3)
+    st.add_argument("--budgets", type=float, nargs="+", default=[0, 0.25, 0.5, 1, 2, 4])
+    for p in (ba, st):
+        p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args(argv)
+    result = before_after(args) if args.what == "before-after" else search_time(args)
+    result.update(commit=git_commit(short=True), machine=machine(),
+                  date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  command="python -m bench.core " + " ".join(
+                      sys.argv[1:] if argv is None else argv))
+    stem = "core_before_after" if args.what == "before-after" else "search_time"
+    md = (before_after_markdown if args.what == "before-after" else search_time_markdown)(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (args.out / f"{stem}.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
