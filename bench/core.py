@@ -2,6 +2,7 @@
 
     python -m bench.core before-after --base a672683   # plans and wall times, both commits
     python -m bench.core search-time                   # the allocator's value against its budget
+    python -m bench.core speed                         # the seven, each run in a fresh process
 
 before-after: greedy and the allocator on the 30 small seeds of bench.quality
 and on the seven x seeds 0-2, once with this checkout and once with `--base`
@@ -9,6 +10,13 @@ and on the seven x seeds 0-2, once with this checkout and once with `--base`
 scenarios in the same order. Per run: both objective values, their ratio,
 whether the plans are the same bit for bit, both wall times. Writes
 bench/results/core_before_after.{md,json}.
+
+speed: every policy on each of the seven x seeds 0-2, and the allocator
+online on mixed (replanning every 6 steps), each run in a fresh process,
+as a user runs them: cold (an empty numba cache: the core compiles first)
+and warm (the cache filled by the cold run). Times are the policy's own
+(`wall_s`), beside the whole command's for mixed. Writes
+bench/results/speed_seven.{md,json}.
 
 search-time: the allocator on the seven x seeds 0-2 with its search ended by
 the clock alone (`solver.time_limit_s` = each budget, no iteration cap, no
@@ -151,6 +159,109 @@ def before_after_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# One policy on one scenario in a fresh process: its wall time and value.
+TIME_ONE = r'''
+import json, sys, time
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from gpualloc.config import register_configs
+from gpualloc.metrics import weighted_throughput
+from gpualloc.online import run_policy
+from gpualloc.run import build_scenario
+
+spec = json.loads(sys.argv[1])
+register_configs()
+with initialize_config_module("gpualloc.conf", version_base=None):
+    cfg = OmegaConf.to_object(compose("config", overrides=spec["overrides"]))
+s = build_scenario(cfg.scenario, cfg.seed)
+start = time.perf_counter()
+plan = run_policy(spec["policy"], s, cfg, torch.device("cpu"))
+wall = time.perf_counter() - start
+print(json.dumps({"wall_s": wall, "value": weighted_throughput(s, plan.owner),
+                  "stopped_by": plan.info.get("local_search", {}).get("stopped_by")}))
+'''
+
+
+def _fresh(spec: dict, cache: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(cache)}
+    r = subprocess.run([sys.executable, "-c", TIME_ONE, json.dumps(spec)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{spec} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _command(cache: Path, tmp: Path) -> float:
+    """Seconds of `python -m gpualloc.run +scenario=mixed`, start to exit."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(cache), "CI": "true"}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpualloc.run", "+scenario=mixed",
+                    f"hydra.run.dir={tmp / 'run'}"], cwd=ROOT, env=env, check=True,
+                   capture_output=True)
+    return time.perf_counter() - start
+
+
+def speed(args) -> dict:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "numba"
+        cold = {}
+        for policy in ("fifo", "greedy", "allocator"):  # each compiles its part of the core
+            spec = {"policy": policy, "overrides": ["+scenario=mixed", "seed=0",
+                                                    "solver.progress=false"]}
+            cold[policy] = _fresh(spec, cache)
+        command_warm = _command(cache, Path(tmp))
+        command_cold = _command(Path(tmp) / "empty", Path(tmp))
+        for name in SEVEN:
+            for seed in range(args.seeds):
+                for policy in ("fifo", "greedy", "allocator"):
+                    spec = {"policy": policy, "overrides": [f"+scenario={name}", f"seed={seed}",
+                                                            "solver.progress=false"]}
+                    rows.append({"scenario": name, "seed": seed, "policy": policy,
+                                 **_fresh(spec, cache)})
+                print(name, seed, flush=True)
+        online = []
+        for seed in range(args.seeds):
+            for policy in ("greedy", "allocator"):
+                spec = {"policy": policy, "overrides": [
+                    "+scenario=mixed", f"seed={seed}", "mode=online", "online.replan_every=6",
+                    "solver.progress=false"]}
+                online.append({"seed": seed, "policy": policy, **_fresh(spec, cache)})
+    return {"rows": rows, "cold": cold, "online": online, "command_cold_s": command_cold,
+            "command_warm_s": command_warm}
+
+
+def speed_markdown(result: dict) -> str:
+    rows = result["rows"]
+    lines = ["# The seven, each run in a fresh process", "",
+             f"Commit {result['commit']}, {result['date']}; machine: {result['machine']['cpu']}, "
+             f"{result['machine']['cores']} cores (`{result['command']}`). Policy wall time "
+             "(`wall_s`, what metrics.json reports), warm numba cache, mean (max) over seeds.", "",
+             "| scenario | fifo s | greedy s | allocator s | allocator search ended by |",
+             "|---|---|---|---|---|"]
+    for name in SEVEN:
+        cells = []
+        for policy in ("fifo", "greedy", "allocator"):
+            w = [r["wall_s"] for r in rows if r["scenario"] == name and r["policy"] == policy]
+            cells.append(f"{statistics.mean(w):.2f} ({max(w):.2f})")
+        ended = sorted({str(r["stopped_by"]) for r in rows
+                        if r["scenario"] == name and r["policy"] == "allocator"})
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {', '.join(ended)} |")
+    on = result["online"]
+    lines += ["", "Online, mixed, `mode=online online.replan_every=6` (last_day forecast), "
+              "whole online run: " + "; ".join(
+                  f"{p} " + ", ".join(f"{r['wall_s']:.1f} s" for r in on if r["policy"] == p)
+                  for p in ("greedy", "allocator")) + " (seeds 0-2).", "",
+              "Cold, an empty numba cache (the core compiles on first use, then caches to "
+              "disk), mixed seed 0: " + ", ".join(
+                  f"{p} {v['wall_s']:.1f} s" for p, v in result["cold"].items())
+              + f". The whole command `python -m gpualloc.run +scenario=mixed` (fifo, greedy, "
+              f"allocator, checks, files), start to exit: {result['command_cold_s']:.1f} s cold, "
+              f"{result['command_warm_s']:.1f} s warm.", ""]
+    return "\n".join(lines)
+
+
 def search_time(args) -> dict:
     import torch
     from hydra import compose, initialize_config_module
@@ -233,19 +344,23 @@ def main(argv=None) -> int:
     ba.add_argument("--base", default="a672683", help="the commit to compare with")
     ba.add_argument("--seeds", type=int, default=3)
     ba.add_argument("--small-seeds", type=int, default=30)
+    sp = sub.add_parser("speed")
+    sp.add_argument("--seeds", type=int, default=3)
     st = sub.add_parser("search-time")
     st.add_argument("--seeds", type=int, default=3)
     st.add_argument("--budgets", type=float, nargs="+", default=[0, 0.25, 0.5, 1, 2, 4])
-    for p in (ba, st):
+    for p in (ba, sp, st):
         p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
-    result = before_after(args) if args.what == "before-after" else search_time(args)
+    work = {"before-after": (before_after, before_after_markdown, "core_before_after"),
+            "speed": (speed, speed_markdown, "speed_seven"),
+            "search-time": (search_time, search_time_markdown, "search_time")}[args.what]
+    result = work[0](args)
     result.update(commit=git_commit(short=True), machine=machine(),
                   date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   command="python -m bench.core " + " ".join(
                       sys.argv[1:] if argv is None else argv))
-    stem = "core_before_after" if args.what == "before-after" else "search_time"
-    md = (before_after_markdown if args.what == "before-after" else search_time_markdown)(result)
+    stem, md = work[2], work[1](result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     (args.out / f"{stem}.md").write_text(md)
