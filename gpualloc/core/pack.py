@@ -19,6 +19,14 @@ from numba import njit
 
 
 @njit(cache=True)
+def _take(free, owner, c, label, lo, hi):
+    for x in range(lo, hi):
+        free[c, x] = False
+        if label >= 0:
+            owner[c, x] = label
+
+
+@njit(cache=True)
 def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node_pool,
                 pool_gpn, pool_nodes, high):
     """Take up to n replicas of k GPUs in column c of `free` (C, G) bool,
@@ -45,10 +53,7 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
                         count += 1
                         if count == k:
                             first = g if high else g - k + 1
-                            for x in range(first, first + k):
-                                free[c, x] = False
-                                if label >= 0:
-                                    owner[c, x] = label
+                            _take(free, owner, c, label, first, first + k)
                             taken += 1
                             if taken == n:
                                 return taken
@@ -71,10 +76,8 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
                 count += 1
                 if count == m:
                     first_node = node if high else node - m + 1
-                    for x in range(node_first[first_node], node_end[first_node + m - 1]):
-                        free[c, x] = False
-                        if label >= 0:
-                            owner[c, x] = label
+                    _take(free, owner, c, label, node_first[first_node],
+                          node_end[first_node + m - 1])
                     taken += 1
                     if taken == n:
                         return taken

@@ -52,7 +52,7 @@ from gpualloc.core import blocks as kb
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
-from gpualloc.plan import IDLE, Plan
+from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from gpualloc.config import SolverConfig
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed, scratch, triton_available
 from gpualloc.scenario import Scenario
 

@@ -22,13 +22,12 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
-from gpualloc.plan import IDLE
 from gpualloc.scenario import Scenario
 
 
@@ -360,7 +359,3 @@ def adopt(s: Scenario, owner: torch.Tensor) -> Schedule:
             sched.place(job, int(start[job]), int(first[job]))
     sched.fill_elastic()
     return sched
-
-
-__all__ = ["IDLE", "Schedule", "adopt", "build", "build_parallel", "insert_parallel",
-           "priority_order"]
