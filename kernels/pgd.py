@@ -115,8 +115,10 @@ def _kernel():
     def pgd_step_kernel(x_ptr, compat_ptr, arrival_ptr, free_ptr, gain_ptr, price_ptr, rigid_ptr,
                         S_ptr, N_ptr, C_ptr, M_ptr, A_ptr, K_ptr, G, J, T, smooth,
                         BG: tl.constexpr, BJ: tl.constexpr, BT: tl.constexpr):
-        g = tl.program_id(0) * BG + tl.arange(0, BG)  # (BG,)
-        j = tl.program_id(1) * BJ + tl.arange(0, BJ)  # (BJ,)
+        # int64 indices: grids of 2**31 cells and more (the 2048 x 5000 x 336
+        # rung) overflow int32 offsets.
+        g = (tl.program_id(0) * BG + tl.arange(0, BG)).to(tl.int64)  # (BG,)
+        j = (tl.program_id(1) * BJ + tl.arange(0, BJ)).to(tl.int64)  # (BJ,)
         t = tl.arange(0, BT)  # (BT,) one tile holds whole time rows
         gm, jm, tm = g < G, j < J, t < T
         g3, j3, t3 = g[:, None, None], j[None, :, None], t[None, None, :]
