@@ -6,12 +6,13 @@ compiled (numba on numpy), that the policies build on.
 - `blocks`: the free-block index on a free-run grid: does a job fit at t,
   every block that fits it at t, the earliest start at which it fits;
 - `occupancy`: rigid placements on the (G, T) grid with place / remove /
-  snapshot, answering those questions for a job;
+  snapshot, answering those questions for a job, and the EASY reservation
+  (hold / release: the queue's head holds its earliest start);
 - `pack`: elastic fill, replicas into free GPUs per timestep, lowest or
   highest block first;
 - `guard`: the demand-aware guard (Hall's condition on pool sets) and the
-  price of displacing elastic demand;
-- `reserve`: EASY reservations (the queue's head holds its earliest start).
+  price of displacing elastic demand; the earliest feasible start under it;
+- `insert`: serial insertion of a whole order, compiled.
 
 A policy is its own choices on top of it: an order, a fit key, a guard.
 """

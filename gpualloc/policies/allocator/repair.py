@@ -85,6 +85,17 @@ class Schedule:
                         -int(self.lay.gpus[j]))
         self.occ.remove(j)
 
+    def hold(self, j: int, start: int, first: int) -> None:
+        """EASY reservation of j's block from `start`: busy to the jobs behind
+        it, and taken from the elastic demand's room like a placement."""
+        k, end = int(self.lay.gpus[j]), start + self.length(j, start)
+        self.occ.hold(start, end, first, k)
+        self.guard.take(int(self.lay.gpu_pool[first]), start, end, k)
+
+    def release(self) -> None:
+        start, end, first, k = self.occ.release()
+        self.guard.take(int(self.lay.gpu_pool[first]), start, end, -k)
+
     # ---- where a rigid job goes --------------------------------------------------------
     def find(self, j: int, not_before: int = 0, demand_aware: bool = True,
              displace: bool = True):
@@ -328,10 +339,10 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
                 spot = sched.find(j, t + 1, demand_aware)
                 if spot is not None:
                     ghost = (j, spot[0])
-                    sched.place(j, *spot)
+                    sched.hold(j, *spot)
                     failed.clear()
         if ghost is not None:
-            sched.remove(ghost[0])
+            sched.release()
         while ends and ends[0] <= t:
             heapq.heappop(ends)
         events = [e for e in (ends[0] if ends else None,
