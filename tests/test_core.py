@@ -189,8 +189,9 @@ def guarded_cases(draw):
 
 def _hall_ok(s, busy, j, b, t):
     """Reference guard: with j on block b from t, for every union of the
-    services' pool sets, the free GPUs of the union cover the demand of the
-    services confined to it, at every step of j's run."""
+    services' pool sets that holds b's pool (the unions j takes GPUs from),
+    the free GPUs of the union cover the demand of the services confined to
+    it, at every step of j's run."""
     lay = layout(s)
     elastic = [e for e in range(s.J) if not lay.rigid[e]]
     sets = {tuple(lay.pool_ok[e]) for e in elastic}
@@ -205,6 +206,8 @@ def _hall_ok(s, busy, j, b, t):
         taken = busy[t2].copy()
         taken[b:b + k] = True
         for u in unions:
+            if not u[lay.gpu_pool[b]]:
+                continue
             gpus = np.array(u)[lay.gpu_pool]
             need = sum(lay.demand[e, t2] * lay.gpus[e] for e in elastic
                        if all(not ok or inside for ok, inside in zip(lay.pool_ok[e], u)))
