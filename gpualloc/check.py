@@ -1,4 +1,4 @@
-"""Feasibility of a plan: rules 1 to 3 of PROBLEM.md, every violation kind
+"""Feasibility of a plan: rules 1 to 4 of PROBLEM.md, every violation kind
 listed with a count and a first example.
 
     python -m gpualloc.check SCENARIO PLAN    # exit 0 feasible, 1 infeasible, 2 bad input
@@ -13,6 +13,10 @@ import torch
 from gpualloc.scenario import Scenario, ScenarioError
 
 
+GUARANTEE = "guarantee_short"
+"""The violation kind of rule 4."""
+
+
 @dataclass
 class Check:
     violations: dict[str, tuple[int, str]] = field(default_factory=dict)
@@ -20,6 +24,12 @@ class Check:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def ok_but_guarantee(self) -> bool:
+        """Rules 1-3 hold (what FIFO's plan and online plans are held to:
+        rule 4 is reported for them, not enforced)."""
+        return not (set(self.violations) - {GUARANTEE})
 
     def add(self, kind: str, count: int, example: str) -> None:
         if count:
@@ -52,7 +62,7 @@ def _runs(owner_tg: torch.Tensor, brk: torch.Tensor):
 
 
 def check(s: Scenario, owner: torch.Tensor) -> Check:
-    """Verify feasibility rules 1-3 of PROBLEM.md for the (G, T) owner grid."""
+    """Verify feasibility rules 1-4 of PROBLEM.md for the (G, T) owner grid."""
     out = Check()
     owner = owner.cpu().long()
     G, T, J = s.G, s.T, s.J
@@ -86,7 +96,33 @@ def check(s: Scenario, owner: torch.Tensor) -> Check:
 
     _check_rigid(s, out, g_idx, t_idx, j_idx)
     _check_elastic(s, out, owner)
+    _check_guarantee(s, out, owner)
     return out
+
+
+def shortfall(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
+    """(J, T) int64: replicas below rule 4's guarantee, ceil(min_served x
+    demand) minus the replicas held (floor(n / gpus), as in the metrics)."""
+    owner = owner.cpu().long()
+    busy = owner >= 0
+    t = torch.arange(s.T).expand(s.G, s.T)[busy]
+    n = torch.bincount(owner[busy] * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)
+    replicas = n // s.gpus[:, None]
+    return torch.where(s.rigid[:, None], 0, (s.guaranteed - replicas).clamp(min=0))
+
+
+def _check_guarantee(s, out, owner) -> None:
+    # Rule 4: an elastic job with min_served = f holds at least ceil(f x demand)
+    # replicas at every t.
+    if not bool((s.min_served > 0).any()):
+        return
+    short = shortfall(s, owner)
+    if short.any():
+        j, t = (int(v) for v in short.nonzero()[0])
+        out.add(GUARANTEE, int(short.sum()),
+                f"{_job(s, j)} holds {int(s.guaranteed[j, t] - short[j, t])} replicas at t={t}, "
+                f"min_served={s.jobs[j].min_served:g} of demand {int(s.demand[j, t])} guarantees "
+                f"{int(s.guaranteed[j, t])}")
 
 
 def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:

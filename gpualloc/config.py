@@ -262,6 +262,9 @@ class RealtimeWorkloadConfig:
     gpu_types_weights: list[float] = field(default_factory=list)
     min_memory_gb: list[float] = field(default_factory=lambda: [0.0])
     min_memory_weights: list[float] = field(default_factory=list)
+    min_served: float = 0.0
+    """Share of each service's demand guaranteed at every timestep (rule 4 of
+    PROBLEM.md); 0: none."""
 
     def validate(self, at: str, gpu_types: set[str] | None = None) -> None:
         """`at`: its place, scenario.realtime_inference; `gpu_types`: the pools'
@@ -273,6 +276,7 @@ class RealtimeWorkloadConfig:
         r.pair("peak_replicas", "[0, inf)", integer=True)
         r.pair("peak_to_trough", "[1, inf)")  # below 1 the trough would be above the peak
         r.pair("peak_hour", "[0, 24]")
+        r.number("min_served", "[0, 1]")
         r.number("noise", "[0, inf)")
         r.number("spikes_per_day", "[0, inf)")
         r.pair("spike_factor", "[0, inf)")
@@ -579,6 +583,10 @@ class RunConfig:
     passes, seeing only what has arrived (gpualloc.online; FIFO is online by
     nature and runs unchanged)."""
     online: OnlineConfig = field(default_factory=OnlineConfig)
+    min_served: Optional[float] = None
+    """Set min_served (the guaranteed share of demand, rule 4 of PROBLEM.md)
+    for every real-time service of the scenario, over what its file or
+    generator says; null: as they say."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -590,6 +598,7 @@ class RunConfig:
         r.one_of("device", DEVICES)
         r.number("seed", f"[0, {SEED_MAX}]", integer=True)
         r.one_of("mode", MODES)
+        r.number("min_served", "[0, 1]", null=True)
         if hasattr(self.scenario, "validate"):
             self.scenario.validate()
         for part in (self.fifo, self.solver, self.greedy, self.exact, self.online):

@@ -81,7 +81,8 @@ def _services(rng, w: RealtimeWorkloadConfig, horizon: int, step_minutes: float)
             gpus=int(_choice(rng, w.gpus, w.gpus_weights)),
             demand=demand_curve(rng, w, horizon, step_minutes),
             gpu_types=list(types) or None,
-            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights))))
+            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights)),
+            min_served=float(w.min_served)))
     return jobs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gpualloc.check import shortfall
 from gpualloc.scenario import KINDS, RIGID_KINDS, Scenario
 
 
@@ -45,6 +46,15 @@ def metrics(s: Scenario, owner: torch.Tensor) -> dict:
     out["realtime_slo"] = served / demanded if demanded else 1.0
     out["replicas_demanded"] = demanded
     out["replicas_served"] = served
+    # Rule 4: replicas below the guarantee, and per service the lowest share
+    # of its demand served at any timestep it demands something.
+    out["guarantee_shortfall"] = int(shortfall(s, owner).sum())
+    replicas = torch.minimum(n // s.gpus[:, None], s.demand)  # (J, T)
+    wanted = s.demand > 0
+    share = torch.where(wanted, replicas.double() / s.demand.clamp(min=1), float("inf"))
+    out["lowest_served_share"] = {
+        s.jobs[j].id: float(share[j].min()) for j in range(s.J)
+        if not s.jobs[j].rigid and bool(wanted[j].any())}
 
     ran = n.sum(1) > 0
     start = torch.where(n > 0, torch.arange(s.T), s.T).amin(1)  # (J,) first timestep held

@@ -48,6 +48,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from gpualloc.config import FORECASTS, OnlineConfig, RunConfig  # noqa: F401 (re-exported)
@@ -268,5 +269,11 @@ def _serve(s, v, index, planned, tau, stop, owner) -> None:
         unmet[j] -= kept[0]
     order = priority_order(s, [j for j in range(s.J) if not lay.rigid[j] and lay.arrival[j] < stop
                                and (unmet[j] > 0).any()])
+    # Rule 4 is aimed at: each service's guaranteed replicas (of the actual
+    # demand) first, all services in priority order, then the rest.
+    kept_all = actual - unmet
+    short = np.minimum(np.maximum(s.guaranteed.numpy()[:, tau:stop] - kept_all, 0), unmet)
+    served = fill_elastic(lay, window == IDLE, window, order, short[order])
+    unmet[order] -= served
     fill_elastic(lay, window == IDLE, window, order, unmet[order])
     owner[:, tau:stop] = torch.from_numpy(window.T)

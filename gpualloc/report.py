@@ -52,10 +52,22 @@ def format_run_table(result: dict) -> str:
                      _fmt(m["realtime_slo"], ".3f"), str(m["jobs_completed"]),
                      _fmt(m["mean_wait"], ".1f"), _fmt(g["utilization_points"], "+.1f"),
                      _fmt(g["weighted_throughput_pct"], "+.1f"), _fmt(m["wall_s"], ".2f")])
+    guaranteed = result.get("min_served")
+    if guaranteed:
+        head += f", min_served {guaranteed}"
+        cols.insert(5, "short")
+        for r, m in zip(rows, result["policies"].values()):
+            r.insert(5, str(m.get("guarantee_shortfall", "-")))
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     line = lambda cells: "  ".join(  # noqa: E731
         c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    notes = [f"note: {name}'s plan breaks rule 4: {m['guarantee_shortfall']:,} replicas short "
+             f"of the guarantee (min_served) over the horizon"
+             + (" (online plans aim at it from a forecast)" if result.get("mode") == "online"
+                and name != "fifo" else " (FIFO runs as defined)" if name == "fifo" else "")
+             for name, m in result["policies"].items() if m.get("guarantee_shortfall")]
+    return "\n".join([head, line(cols), line(["-" * w for w in widths])] + [line(r) for r in rows]
+                     + notes)
 
 
 # ---- reading a folder ------------------------------------------------------------------

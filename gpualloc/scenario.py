@@ -76,6 +76,8 @@ class Job:
     demand: list[int] | None = None
     gpu_types: list[str] | None = None
     min_memory_gb: float = 0.0
+    min_served: float = 0.0
+    """Elastic jobs: the share of demand guaranteed at every timestep (rule 4)."""
 
     @property
     def rigid(self) -> bool:
@@ -185,6 +187,19 @@ class Scenario:
         return d
 
     @cached_property
+    def min_served(self) -> torch.Tensor:
+        """(J,) float64: guaranteed share of demand (0 for rigid jobs)."""
+        return torch.tensor([j.min_served for j in self.jobs], dtype=torch.float64)
+
+    @cached_property
+    def guaranteed(self) -> torch.Tensor:
+        """(J, T) int64: replicas rule 4 guarantees, ceil(min_served x demand).
+        The product is rounded to 9 decimals first, so that 0.7 x 10 is 7, not
+        the 7.000000000000001 of floating point."""
+        g = torch.round(self.min_served[:, None] * self.demand.double(), decimals=9)
+        return torch.ceil(g).long()
+
+    @cached_property
     def pool_compat(self) -> torch.Tensor:
         """(J, P) bool: job may use the pool's GPUs (type and memory)."""
         out = torch.zeros(self.J, len(self.pools), dtype=torch.bool)
@@ -284,6 +299,8 @@ class Scenario:
                 d["gpu_types"] = list(j.gpu_types)
             if j.min_memory_gb:
                 d["min_memory_gb"] = j.min_memory_gb
+            if j.min_served:
+                d["min_served"] = j.min_served
             jobs.append(d)
         return {"name": self.name, "horizon": self.horizon, "step_minutes": self.step_minutes,
                 "cluster": {"pools": [vars(p).copy() for p in self.pools]}, "jobs": jobs}
@@ -368,7 +385,10 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
                             f"got {_show(kind)}")
     base = {"id", "kind", "priority", "arrival", "gpus"}
     extra = {"duration"} if kind in RIGID_KINDS else {"demand"} if kind in ELASTIC_KINDS else set()
-    _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb"})
+    if kind in RIGID_KINDS and "min_served" in doc:
+        raise ScenarioError(f"{where}: field 'min_served' is for real-time inference jobs only "
+                            f"(a {kind} job cannot be guaranteed a share of demand)")
+    _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb", "min_served"})
     prio = doc["priority"]
     if not _is_number(prio) or prio <= 0:
         raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, "
@@ -408,10 +428,14 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
     if not _is_number(mem) or mem < 0:
         raise ScenarioError(f"{where}: field 'min_memory_gb' must be a number >= 0, "
                             f"got {_show(mem)}")
+    served = doc.get("min_served", 0.0)
+    if not _is_number(served) or not 0 <= served <= 1:
+        raise ScenarioError(f"{where}: field 'min_served' must be a number in [0, 1], "
+                            f"got {_show(served)}")
     return Job(id=doc["id"], kind=kind, priority=prio, arrival=arrival, gpus=gpus,
                duration=duration, demand=list(demand) if demand is not None else None,
                gpu_types=list(gpu_types) if gpu_types is not None else None,
-               min_memory_gb=mem)
+               min_memory_gb=mem, min_served=served)
 
 
 def from_dict(doc) -> Scenario:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from gpualloc.config import ExactConfig, GreedyConfig
+from gpualloc.core.guarantee import GuaranteeError
 from gpualloc.metrics import held, weighted_throughput
 from gpualloc.plan import IDLE, Plan
 from gpualloc.scenario import Scenario, ScenarioError
@@ -172,12 +173,22 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
         if len(vs) > 1:
             model.add_at_most_one(x[i] for i in vs)
 
-    # An elastic job holds at most `demand` replicas at each t.
+    # An elastic job holds at most `demand` replicas at each t, and at least
+    # its guarantee (rule 4: ceil(min_served x demand), less what fixed cells hold).
     el = np.nonzero(~m.rigid)[0]
+    floor = (s.guaranteed.numpy() - (s.demand.numpy() - m.need)).clip(min=0)  # (J, T)
+    floored = set()
     for key, vs in _groups(m.job[el] * s.T + m.t0[el], el):
         j, t = divmod(key, s.T)
         if len(vs) > m.need[j, t]:
             model.add(cp_model.LinearExpr.sum([x[i] for i in vs]) <= int(m.need[j, t]))
+        if floor[j, t] > 0:
+            model.add(cp_model.LinearExpr.sum([x[i] for i in vs]) >= int(floor[j, t]))
+            floored.add((j, t))
+    for j, t in zip(*np.nonzero(floor)):
+        if (int(j), int(t)) not in floored:  # guaranteed, with no block left to hold it
+            raise GuaranteeError(f"exact: job {s.jobs[j].id!r} has no free block at t={t} for "
+                                 f"its {int(floor[j, t])} guaranteed replicas (rule 4)")
 
     # At most one holder per (GPU, t).
     cell, var = _cells(m, s.T)
@@ -213,6 +224,9 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
                 solve_s=time.perf_counter() - built, trajectory=trajectory)
     if status == cp_model.MODEL_INVALID:
         raise RuntimeError(f"exact: CP-SAT rejected the model: {model.validate()}")
+    if status == cp_model.INFEASIBLE:
+        raise GuaranteeError(f"exact: no plan of {s.name!r} meets rule 4 (CP-SAT proved the "
+                             f"guaranteed replicas cannot all be held)")
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         chosen = np.asarray(solver.response_proto.solution, dtype=np.int64)[
             [v.index for v in x]] > 0 if m.size else np.zeros(0, dtype=bool)

@@ -49,6 +49,7 @@ from numba import njit
 from gpualloc.config import GreedyConfig
 from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core import blocks as kb
+from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
@@ -172,10 +173,11 @@ class _Greedy:
         self.s, self.cfg = s, cfg
         lay = self.lay = layout(s)
         T, G = lay.T, lay.G
-        fixed = None if s.fixed is None else s.fixed.cpu().numpy().T
-        if fixed is not None and fixed.shape != (T, G):
+        if s.fixed is not None and tuple(s.fixed.shape) != (G, T):
             raise ValueError(f"scenario.fixed is {tuple(s.fixed.shape)}, the scenario needs "
                              f"({G}, {T})")
+        fixed = planning_fixed(s)  # decided cells and guaranteed replicas
+        fixed = None if fixed is None else fixed.cpu().numpy().T
         # hard: fixed cells, started rigid jobs and the EASY reservation.
         self.hard = Occupancy(lay, fixed)
         self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts

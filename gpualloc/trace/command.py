@@ -160,6 +160,26 @@ def _add_services(result: Import, a: argparse.Namespace) -> Import:
                   services=result.services + a.realtime_services)
 
 
+def _min_served(v: str) -> float:
+    try:
+        f = float(v)
+    except ValueError:
+        f = float("nan")
+    if not 0 <= f <= 1:
+        raise argparse.ArgumentTypeError(f"{v!r}: must be a number in [0, 1]")
+    return f
+
+
+def _guarantee(result: Import, share: float) -> Import:
+    """Every real-time service guaranteed `share` of its demand (rule 4)."""
+    doc = result.scenario.to_dict()
+    for job in doc["jobs"]:
+        if job["kind"] == "realtime_inference":
+            job["min_served"] = share
+    return Import(scenario=from_dict(doc), rows=result.rows, counts=result.counts,
+                  services=result.services)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpualloc.trace",
                                 description="Turn a workload trace into a gpualloc scenario file "
@@ -173,6 +193,9 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--step", default="60m", help="timestep length, e.g. 60m (default 60m)")
         q.add_argument("--demand", choices=["peak", "mean"], default="peak",
                        help="serving demand per step: peak or time-mean of replicas wanted")
+        q.add_argument("--min-served", type=_min_served, metavar="F",
+                       help="guarantee every real-time service this share of its demand at "
+                            "every step (rule 4 of PROBLEM.md; default: no guarantee)")
         q.add_argument("--pool", action="append", metavar="NAME:COUNT:GPN:TYPE:GB",
                        help="a node pool of the cluster (repeat for several)")
 
@@ -226,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         result = alibaba_command(args) if args.source == "alibaba" else csv_command(args)
+        if args.min_served is not None:
+            result = _guarantee(result, args.min_served)
         out = Path(args.out)
         if out.suffix not in (".json", ".yaml", ".yml"):
             raise TraceError(f"--out {args.out}: must end in .json, .yaml or .yml")

@@ -91,8 +91,9 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         built = {name: build(s, order, cfg.demand_aware, at) if how == "serial"
                  else build_parallel(s, order, cfg.demand_aware)
                  for name, (how, order, at) in roundings.items()}
-        if s.fixed is None:
-            # FIFO's placement competes too, so the search never starts below the baseline.
+        if s.fixed is None and not bool((s.min_served > 0).any()):
+            # FIFO's placement competes too, so the search never starts below
+            # the baseline (not under rule 4, which FIFO's plan may break).
             built["fifo"] = adopt(s, fifo(s, device=device).owner)
         values = {name: sched.value() for name, sched in built.items()}
         chosen = max(values, key=lambda name: (values[name], "relaxed" in name))

@@ -5,6 +5,8 @@ import torch
 
 from gpualloc import progress
 from gpualloc.config import SolverConfig
+from gpualloc.core.guarantee import planning_fixed
+from gpualloc.metrics import held
 from gpualloc.policies.allocator.grid import DTYPES, Grid
 from gpualloc.scenario import Scenario
 
@@ -27,8 +29,13 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     G, J, T = s.G, s.J, s.T
     dtype = DTYPES[cfg.dtype]
     compat = (s.compat & planned[:, None]).to(device)  # (J, G)
-    free = (s.fixed < 0).to(device) if s.fixed is not None else torch.ones(
+    # Cells decided before planning and the guaranteed replicas are not the
+    # relaxation's to move; the demand it sees is what they leave.
+    fixed = planning_fixed(s)
+    free = (fixed < 0).to(device) if fixed is not None else torch.ones(
         G, T, dtype=torch.bool, device=device)
+    demand = s.demand if fixed is None else (s.demand - held(s, fixed) // s.gpus[:, None]).clamp(
+        min=0)
     rigid = s.rigid.to(device)
     k = s.gpus.to(device).float()
     t = torch.arange(T, device=device)
@@ -36,7 +43,7 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     value_t = value[:, None] * (1 - cfg.time_discount * t[None, :] / max(T, 1))  # (J, T)
     # Column cap: a rigid job's gang size, an elastic job's demand in GPUs.
     col_cap = torch.where(rigid[:, None], k[:, None].expand(J, T),
-                          (s.demand.to(device) * s.gpus.to(device)[:, None]).float())
+                          (demand.to(device) * s.gpus.to(device)[:, None]).float())
     area_cap = torch.where(rigid, k * s.duration.to(device).float(), torch.full_like(k, 1e30))
     grid = Grid(s, cfg, device, compat, free, dtype)
     price_cell = torch.zeros(G, T, device=device)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gpualloc.core import fixed_jobs
+from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
@@ -38,7 +39,8 @@ class Schedule:
         self.s = s
         lay = self.lay = layout(s)
         self.G, self.T = lay.G, lay.T
-        fixed = None if s.fixed is None else s.fixed.cpu().numpy().T
+        fixed = planning_fixed(s)  # decided cells and guaranteed replicas
+        fixed = None if fixed is None else fixed.cpu().numpy().T
         self.occ = Occupancy(lay, fixed)
         self.done = fixed_jobs(s) & lay.rigid  # started already: not planned again
         self.elastic = [j for j in range(lay.J) if not lay.rigid[j] and not lay.unplaceable[j]]

@@ -1,0 +1,229 @@
+"""Rule 4 of PROBLEM.md: guaranteed real-time service (`min_served`)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpualloc.check import GUARANTEE, check
+from gpualloc.core.guarantee import GuaranteeError, check_guarantee
+from gpualloc.metrics import metrics
+from gpualloc.policies import POLICIES
+from gpualloc.run import run, with_min_served
+from gpualloc.scenario import ScenarioError, from_dict
+from strategies import scenario_docs
+from test_core import every_block
+from test_run import composed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def doc(jobs, pools=((1, 4, "H"),), horizon=4):
+    return {"name": "g", "horizon": horizon, "step_minutes": 60,
+            "cluster": {"pools": [{"name": f"p{i}", "count": c, "gpus_per_node": n,
+                                   "gpu_type": t, "memory_gb": 80}
+                                  for i, (c, n, t) in enumerate(pools)]},
+            "jobs": jobs}
+
+
+def service(name, demand, gpus=1, min_served=1.0, priority=9, **kw):
+    return {"id": name, "kind": "realtime_inference", "priority": priority, "arrival": 0,
+            "gpus": gpus, "demand": demand, "min_served": min_served, **kw}
+
+
+# ---- the checker ------------------------------------------------------------------------
+
+def test_checker_rejects_one_replica_short_and_accepts_it_added():
+    s = from_dict(doc([service("chat", [2, 3, 1, 0], min_served=0.5),
+                       {"id": "r", "kind": "training", "priority": 1, "arrival": 0, "gpus": 2,
+                        "duration": 4}]))
+    assert s.guaranteed[0].tolist() == [1, 2, 1, 0]  # ceil(0.5 x demand)
+    owner = torch.full((4, 4), -1, dtype=torch.long)
+    owner[2:4] = 1  # the training job on GPUs 2-3 for the whole horizon
+    owner[0, :3] = 0  # one replica at t = 0, 1, 2
+    verdict = check(s, owner)
+    assert not verdict.ok and set(verdict.violations) == {GUARANTEE}
+    count, example = verdict.violations[GUARANTEE]
+    assert count == 1 and "t=1" in example and "'chat'" in example
+    assert verdict.ok_but_guarantee
+    assert metrics(s, owner)["guarantee_shortfall"] == 1
+    owner[1, 1] = 0  # the second replica at t = 1
+    assert check(s, owner).ok
+    m = metrics(s, owner)
+    assert m["guarantee_shortfall"] == 0
+    assert m["lowest_served_share"] == {"chat": 0.5}  # 1 of 2 at t=0
+
+
+def test_guarantee_rounds_the_share_times_demand_up_exactly():
+    s = from_dict(doc([service("a", [10, 3, 1, 7], min_served=0.7)]))
+    assert s.guaranteed[0].tolist() == [7, 3, 1, 5]  # 0.7 x 10 is 7, not 8
+
+
+# ---- impossible guarantees ----------------------------------------------------------------
+
+def test_impossible_guarantee_names_service_timestep_replicas_and_gpus():
+    s = from_dict(doc([service("chat", [1, 2, 3, 1], gpus=2, min_served=1.0),
+                       service("web", [0, 0, 1, 0], gpus=1, min_served=1.0)]))
+    with pytest.raises(GuaranteeError) as e:
+        check_guarantee(s)
+    msg = str(e.value)
+    assert isinstance(e.value, ScenarioError) and "\n" not in msg
+    for part in ("'chat'", "t=2", "3 replicas of 2 GPUs (6 GPUs)", "4 compatible GPUs"):
+        assert part in msg, msg
+
+
+def test_first_fit_failure_is_decided_by_search():
+    # Two 2-GPU nodes of type A, two of type B. Two 2-GPU services may use
+    # either type, a 1-GPU one only B and wants 3. First fit (largest first,
+    # highest blocks) puts the 2-GPU replicas on B and leaves the 1-GPU service
+    # short; the search moves them to A.
+    both = ["A", "B"]
+    fits = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
+                          service("b", [1], gpus=2, gpu_types=both),
+                          service("c", [3], gpus=1, gpu_types=["B"])],
+                         pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
+    check_guarantee(fits)
+    owner = POLICIES["greedy"](fits, composed("+scenario=file"), torch.device("cpu")).owner
+    assert check(fits, owner).ok
+    no = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
+                        service("b", [2], gpus=2, gpu_types=both),
+                        service("c", [3], gpus=1, gpu_types=["B"])],
+                       pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
+    with pytest.raises(GuaranteeError, match="t=0"):
+        check_guarantee(no)
+
+
+def _fits(s, t) -> bool:
+    """Reference: the guaranteed replicas of t fit on the empty cluster (a
+    search over every block of PROBLEM.md's definition)."""
+    replicas = [(j.gpus, [p.gpu_type in (j.gpu_types or [p.gpu_type])
+                          and p.memory_gb >= j.min_memory_gb for p in s.pools])
+                for i, j in enumerate(s.jobs) if not j.rigid
+                for _ in range(int(s.guaranteed[i, t]))]
+    replicas.sort(key=lambda r: -r[0])
+    taken = [False] * s.G
+
+    def place(n):
+        if n == len(replicas):
+            return True
+        k, ok = replicas[n]
+        for b in every_block(s, k, ok):
+            if not any(taken[b:b + k]):
+                taken[b:b + k] = [True] * k
+                if place(n + 1):
+                    return True
+                taken[b:b + k] = [False] * k
+        return False
+
+    return place(0)
+
+
+@st.composite
+def guaranteed_docs(draw):
+    d = draw(scenario_docs(max_jobs=6, max_horizon=6, max_gpus=8))
+    for job in d["jobs"]:
+        if job["kind"] == "realtime_inference":
+            job["demand"] = [min(v, 3) for v in job["demand"]]
+            job["min_served"] = draw(st.sampled_from([0, 0.25, 0.5, 0.7, 1.0]))
+    return d
+
+
+@given(guaranteed_docs())
+@settings(max_examples=30)
+def test_every_policy_meets_rule_4_or_the_run_says_it_is_impossible(d):
+    s = from_dict(d)
+    possible = all(_fits(s, t) for t in range(s.T))
+    cfg = composed("+scenario=file", "solver.iterations=5", "solver.local_search_iters=10",
+                   "solver.progress=false")
+    try:
+        check_guarantee(s)
+    except GuaranteeError:
+        assert not possible  # never otherwise
+        return
+    assert possible
+    for name in ("greedy", "allocator"):
+        owner = POLICIES[name](s, cfg, torch.device("cpu")).owner
+        verdict = check(s, owner)
+        assert verdict.ok, (name, str(verdict))
+
+
+@given(guaranteed_docs())
+@settings(max_examples=10)
+def test_exact_meets_rule_4(d):
+    pytest.importorskip("ortools")
+    s = from_dict(d)
+    try:
+        check_guarantee(s)
+    except GuaranteeError:
+        return
+    cfg = composed("+scenario=file", "exact.workers=1", "exact.time_limit_s=10",
+                   "exact.lp=false")
+    plan = POLICIES["exact"](s, cfg, torch.device("cpu"))
+    assert check(s, plan.owner).ok
+    greedy = POLICIES["greedy"](s, cfg, torch.device("cpu")).owner
+    assert plan.info["objective"] >= metrics(s, greedy)["weighted_throughput"] - 1e-6
+
+
+# ---- runs -------------------------------------------------------------------------------
+
+def test_run_option_sets_every_service_and_fifo_shortfall_is_reported(tmp_path):
+    cfg = composed("+scenario=file", "min_served=1.0", "fifo.reserve=0", "solver.progress=false")
+    result = run(cfg, tmp_path)
+    written = from_dict(__import__("json").loads((tmp_path / "scenario.json").read_text()))
+    assert all(j.min_served == 1.0 for j in written.jobs if not j.rigid)
+    assert result["min_served"] == "1"
+    fifo = result["policies"]["fifo"]
+    assert fifo["guarantee_shortfall"] > 0  # no reservation: FIFO serves nothing
+    for name in ("greedy", "allocator"):
+        assert result["policies"][name]["guarantee_shortfall"] == 0
+        assert result["policies"][name]["realtime_slo"] == 1.0
+
+
+def test_with_min_served_leaves_rigid_jobs_alone():
+    s = with_min_served(from_dict(doc([service("a", [1, 1, 1, 1], min_served=0.2),
+                                       {"id": "r", "kind": "training", "priority": 1,
+                                        "arrival": 0, "gpus": 1, "duration": 2}])), 0.5)
+    assert [j.min_served for j in s.jobs] == [0.5, 0.0]
+
+
+def test_online_aims_at_rule_4_and_reports_the_shortfall(tmp_path):
+    cfg = composed("+scenario=mixed", "min_served=1.0", "mode=online", "online.replan_every=24",
+                   "policies=[fifo,greedy]", "solver.progress=false")
+    result = run(cfg, tmp_path)
+    row = result["policies"]["greedy"]
+    assert row["guarantee_shortfall"] >= 0 and row["realtime_slo"] > 0.9
+
+
+def _cli(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "gpualloc.run", *args,
+                           f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+@pytest.mark.slow
+def test_bad_min_served_exits_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(__import__("json").dumps(doc([service("a", [1, 1, 1, 1], min_served=1.2)])))
+    rigid = tmp_path / "rigid.json"
+    rigid.write_text(__import__("json").dumps(doc([
+        {"id": "r", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1, "duration": 2,
+         "min_served": 0.5}])))
+    impossible = tmp_path / "impossible.json"
+    impossible.write_text(__import__("json").dumps(doc([service("a", [1, 9, 1, 1])])))
+    cases = {
+        "file": (["+scenario=file", f"scenario.path={bad}"], "'min_served'"),
+        "rigid": (["+scenario=file", f"scenario.path={rigid}"], "'min_served'"),
+        "option": (["+scenario=file", "min_served=2"], "min_served=2"),
+        "impossible": (["+scenario=file", f"scenario.path={impossible}"], "t=1"),
+    }
+    for name, (args, part) in cases.items():
+        r = _cli(tmp_path / name, *args, "policies=[fifo]")
+        assert r.returncode == 2, (name, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and part in lines[0], (name, r.stderr)
+        assert not (tmp_path / name / "out" / "metrics.json").exists()
