@@ -154,6 +154,7 @@ METRICS: list[tuple[str, str, Callable[[dict], float | None], str]] = [
     ("util_pct", "util %", lambda m: 100 * m["utilization"], ".1f"),
     ("weighted_throughput", "weighted thr", lambda m: m["weighted_throughput"], ",.0f"),
     ("realtime_slo", "rt SLO", lambda m: m["realtime_slo"], ".3f"),
+    ("guarantee_shortfall", "short", lambda m: m.get("guarantee_shortfall"), ".1f"),
     ("jobs_completed", "done", lambda m: m["jobs_completed"], ".1f"),
     ("mean_wait", "mean wait", lambda m: m["mean_wait"], ".1f"),
     ("p95_wait", "p95 wait", lambda m: m["p95_wait"], ".1f"),

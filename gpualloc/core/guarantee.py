@@ -99,13 +99,16 @@ def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray, t
                  if (owner[t] == j).sum() // lay.gpus[j] < n)
     n = int(need[jobs.index(short)])
     compatible = int((lay.compat(short) & free).sum())
+    total = int(sum(int(m) * int(lay.gpus[j]) for j, m in zip(jobs, need.tolist())))
+    others = len([m for m in need.tolist() if m > 0]) - 1
     raise GuaranteeError(
         f"job {s.jobs[short].id!r}: rule 4 cannot be met at t={t}: its guarantee "
         f"(min_served={s.jobs[short].min_served:g} of demand {int(lay.demand[short, t])}) is "
-        f"{n} replicas of {int(lay.gpus[short])} GPUs ({n * int(lay.gpus[short])} GPUs), and the "
+        f"{n} replicas of {int(lay.gpus[short])} GPUs ({n * int(lay.gpus[short])} GPUs) and the "
         f"cluster has {compatible} compatible GPUs free there"
-        f"{'' if len(jobs) == 1 else ', shared with the other guaranteed services'} "
-        f"(lower min_served, or plan without it)")
+        + (f", where {others} other guaranteed services need some of the {total} GPUs "
+           f"guaranteed at t={t} in all" if others > 0 else "")
+        + " (lower min_served, or plan without it)")
 
 
 def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int] | None:
