@@ -399,6 +399,14 @@ class SolverConfig:
     same plan; where the clock ends it (info.local_search.stopped_by says),
     the plan depends on the machine's speed. 1 s keeps each of the seven
     within 2 s whole; large scenarios give the search exactly this."""
+    start_from_greedy: bool = True
+    """greedy's plan competes with the repaired ones as the search's start,
+    and is returned when the search ends below it: never below greedy."""
+    discount: float = 0.0
+    """Per-step discount of the objective the repair and the search maximize:
+    a GPU-step at t is worth (1 - discount)^t of one at 0. 0: the exact
+    objective (offline). Online, work a plan postpones competes with jobs not
+    yet known, so online mode plans with online.discount instead."""
     ruin_window: list[int] = field(default_factory=lambda: [4, 48])
     """Range of the time window a ruin move empties, in timesteps."""
     demand_aware: bool = True
@@ -443,6 +451,7 @@ class SolverConfig:
         r.numbers("rounding_thresholds", "[0, 1]")
         r.number("local_search_iters", "[0, inf)", integer=True)
         r.number("local_search_patience", "[0, inf)", integer=True)
+        r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
         r.pair("ruin_window", "[1, inf)", integer=True)
         # seed: any integer seeds the search (random.Random); the run's seed is checked.
@@ -546,12 +555,23 @@ class OnlineConfig:
     """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
     headroom: float = 1.0
     """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
+    discount: float = 0.05
+    """The allocator's per-step discount in each replan (solver.discount): a
+    plan of the known jobs is indifferent to postponing work the horizon does
+    not cut, but online what it postpones competes with jobs not yet known,
+    so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
+    search_moves: int = 500
+    """The allocator's local-search moves per replan, at most (patience a
+    fifth of it; solver.local_search_iters when lower): a replan's plan is
+    kept only until the next one."""
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self, at: str = "online") -> None:
         r = _Rules(self, at)
+        r.number("discount", "[0, 1)")
+        r.number("search_moves", "[0, inf)", integer=True)
         r.number("replan_every", "[1, inf)", integer=True)
         r.one_of("forecast", FORECASTS)
         r.number("ewma_alpha", "(0, 1]")

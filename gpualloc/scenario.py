@@ -97,6 +97,10 @@ class Scenario:
     Policies that plan around it return a plan that keeps these cells as they
     are; a rigid job found there is not started again, an elastic one is
     served as usual (its replicas there count against its demand)."""
+    hint: torch.Tensor | None = None
+    """(G, T) owner grid of a plan to start from, e.g. the last replan's for
+    the rigid jobs it knew (online mode); a policy may use it or not. Not
+    part of the file format."""
 
     # ---- sizes -------------------------------------------------------------
     @property

@@ -31,14 +31,16 @@ from contextlib import contextmanager
 import torch
 
 from gpualloc import progress
-from gpualloc.config import SolverConfig
+from gpualloc.config import GreedyConfig, SolverConfig
 from gpualloc.plan import Plan
 from gpualloc.policies.allocator.relax import relax
 from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.policies.allocator.repair import adopt, build, build_parallel
 from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
+from gpualloc.metrics import weighted_throughput
 from gpualloc.policies.fifo import fifo
+from gpualloc.policies.greedy import greedy
 from gpualloc.scenario import Scenario
 
 
@@ -88,13 +90,22 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
 
     clock = time.perf_counter()
     with _cpu_threads(device, cfg.cpu_threads):
-        built = {name: build(s, order, cfg.demand_aware, at) if how == "serial"
-                 else build_parallel(s, order, cfg.demand_aware)
+        built = {name: build(s, order, cfg.demand_aware, at, cfg.discount) if how == "serial"
+                 else build_parallel(s, order, cfg.demand_aware, discount=cfg.discount)
                  for name, (how, order, at) in roundings.items()}
         if s.fixed is None and not bool((s.min_served > 0).any()):
             # FIFO's placement competes too, so the search never starts below
             # the baseline (not under rule 4, which FIFO's plan may break).
-            built["fifo"] = adopt(s, fifo(s, device=device).owner)
+            built["fifo"] = adopt(s, fifo(s, device=device).owner, cfg.discount)
+        if s.hint is not None:
+            # The last replan's plan, grown with the jobs it did not know.
+            built["previous"] = adopt(s, s.hint, cfg.discount, complete=True,
+                                      demand_aware=cfg.demand_aware)
+        reference = None
+        if cfg.start_from_greedy:
+            # And greedy's: the search starts no lower than the reference.
+            reference = greedy(s, GreedyConfig()).owner
+            built["greedy"] = adopt(s, reference, cfg.discount)
         values = {name: sched.value() for name, sched in built.items()}
         chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
         sched = built[chosen]
@@ -116,5 +127,10 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         bar.close()
         info["local_search"] = vars(stats)
         owner = sched.owner()
+        if reference is not None and not cfg.discount and (
+                weighted_throughput(s, reference) > weighted_throughput(s, owner)):
+            # The repair re-serves greedy's rigid placements with its own elastic
+            # fill, which can serve less than greedy's best fit: never below greedy.
+            owner, info["returned"] = reference, "greedy's plan"
     info["local_search_s"] = time.perf_counter() - clock
     return Plan(owner=owner, info=info)

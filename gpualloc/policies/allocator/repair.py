@@ -22,7 +22,7 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs
+from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -35,10 +35,15 @@ from gpualloc.scenario import Scenario
 class Schedule:
     """Rigid placements on the (G, T) grid, the guard's slack, elastic service."""
 
-    def __init__(self, s: Scenario, max_subsets: int = 64):
+    def __init__(self, s: Scenario, max_subsets: int = 64, discount: float = 0.0):
         self.s = s
         lay = self.lay = layout(s)
         self.G, self.T = lay.G, lay.T
+        # The value of a GPU-step at t, (1 - discount)^t: 1 everywhere for the
+        # exact objective; below 1 later on, work run sooner is worth more.
+        self.step_weight = (1.0 - discount) ** np.arange(self.T, dtype=np.float64)  # (T,)
+        self.cum_weight = np.concatenate([[0.0], np.cumsum(self.step_weight)])  # (T + 1,)
+        self.discounted = discount > 0
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
         fixed = None if fixed is None else fixed.cpu().numpy().T
         self.occ = Occupancy(lay, fixed)
@@ -217,7 +222,10 @@ class Schedule:
 
     def rigid_value(self) -> float:
         lay, j = self.lay, self._placed()
-        steps = np.minimum(lay.duration[j], self.T - self.start[j])
+        start = self.start[j]
+        steps = np.minimum(lay.duration[j], self.T - start)
+        if self.discounted:
+            steps = self.cum_weight[start + steps] - self.cum_weight[start]
         return float((lay.priority[j] * lay.gpus[j] * steps).sum())
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
@@ -234,6 +242,8 @@ class Schedule:
         value = np.zeros(t1 - t0, dtype=np.float64)
         for i, j in enumerate(jobs):
             value += served[i] * (lay.priority[j] * lay.gpus[j])
+        if self.discounted:
+            value *= self.step_weight[t0:t1]
         self.elastic_value[t0:t1] = value
         self.elastic_used[t0:t1] = before - free.sum(1)
         return value
@@ -271,10 +281,10 @@ class Schedule:
 
 
 def build(s: Scenario, order: list[int], demand_aware: bool = True,
-          at: dict[int, int] | None = None) -> Schedule:
+          at: dict[int, int] | None = None, discount: float = 0.0) -> Schedule:
     """Serial placement: each rigid job in `order` at its earliest feasible
     start (from `at[j]` first, when given); then elastic service."""
-    sched = Schedule(s)
+    sched = Schedule(s, discount=discount)
     lay = sched.lay
     sched.insert_all([j for j in order if lay.rigid[j] and not sched.done[j]], demand_aware, at)
     sched.fill_elastic()
@@ -282,10 +292,10 @@ def build(s: Scenario, order: list[int], demand_aware: bool = True,
 
 
 def build_parallel(s: Scenario, order: list[int], demand_aware: bool = True,
-                   reserve: bool = True) -> Schedule:
+                   reserve: bool = True, discount: float = 0.0) -> Schedule:
     """Time-driven placement of every rigid job, in `order` at each event;
     then elastic service (see `insert_parallel`)."""
-    sched = Schedule(s)
+    sched = Schedule(s, discount=discount)
     lay = sched.lay
     jobs = np.nonzero(lay.rigid & ~sched.done & ~lay.unplaceable)[0].tolist()
     insert_parallel(sched, jobs, {j: i for i, j in enumerate(order)}, 0, demand_aware, reserve)
@@ -353,10 +363,14 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
         t = min(events) if events else T
 
 
-def adopt(s: Scenario, owner: torch.Tensor) -> Schedule:
-    """A schedule holding the rigid placements of a feasible plan (e.g. FIFO's);
-    elastic service is recomputed on what they leave free."""
-    sched = Schedule(s)
+def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,
+          complete: bool = False, demand_aware: bool = True) -> Schedule:
+    """A schedule holding the rigid placements of a plan (FIFO's, greedy's, a
+    previous replan's) where their blocks are free; elastic service is
+    recomputed on what they leave free. With `complete`, the rigid jobs it
+    does not hold are then inserted in priority order (a partial plan, such
+    as the last replan's for the jobs known then, grows into a full one)."""
+    sched = Schedule(s, discount=discount)
     lay = sched.lay
     grid = owner.cpu().numpy()  # (G, T)
     g, t = np.nonzero(grid >= 0)
@@ -368,7 +382,15 @@ def adopt(s: Scenario, owner: torch.Tensor) -> Schedule:
     np.minimum.at(start, j, t)
     np.minimum.at(first, j, g)
     for job in np.unique(j).tolist():
-        if not sched.done[job]:
-            sched.place(job, int(start[job]), int(first[job]))
+        if sched.done[job]:
+            continue
+        st, g0 = int(start[job]), int(first[job])
+        blocks = lay.blocks(job)
+        at = np.searchsorted(blocks, g0)
+        if at < len(blocks) and blocks[at] == g0 and st >= lay.arrival[job] and (
+                sched.occ.free_at(job, st)[at]):
+            sched.place(job, st, g0)
+    if complete:
+        sched.insert_all(priority_order(s, sched.waiting()), demand_aware)
     sched.fill_elastic()
     return sched
