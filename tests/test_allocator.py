@@ -30,6 +30,16 @@ def test_never_below_fifo(s):
         weighted_throughput(s, fifo(s).owner) - 1e-9
 
 
+@given(scenarios(max_jobs=8))
+def test_never_below_greedy(s):
+    # greedy's plan is one of the search's starts, and the plan returned when
+    # the search ends below it (the repair serves elastic demand its own way).
+    from gpualloc.policies.greedy import greedy
+    plan = allocator(s, QUICK)
+    assert check(s, plan.owner).ok
+    assert weighted_throughput(s, plan.owner) >= weighted_throughput(s, greedy(s).owner) - 1e-9
+
+
 @given(scenarios(max_jobs=6), st.data())
 def test_fixed_cells_are_kept(s, data):
     # History up to t0 taken from FIFO's plan, frozen: the allocator keeps it

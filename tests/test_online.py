@@ -104,6 +104,12 @@ def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed):
             break
         assert ta == tb and va.to_dict() == vb.to_dict() and torch.equal(va.fixed, vb.fixed)
         assert [a.jobs[j].id for j in ia] == [b.jobs[j].id for j in ib]
+        # The last plan a replan starts from was made from the past alone.
+        assert (va.hint is None) == (vb.hint is None)
+        if va.hint is not None:
+            assert torch.equal(va.hint, vb.hint)
+            held = va.hint[va.hint >= 0]
+            assert all(va.jobs[int(j)].rigid for j in held.unique())
     assert ids(a, plan_a.owner)[:tau0 + 1] == ids(b, plan_b.owner)[:tau0 + 1]
 
 
