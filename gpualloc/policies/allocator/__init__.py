@@ -14,14 +14,20 @@
    most relaxed mass; the jobs that hold enough of their mass there (a few
    thresholds, each one rounding) are ordered by that start, the rest by
    priority.
-3. Repair (gpualloc.policies.allocator.repair): place the jobs in that order at their rounded
-   start when it is free, else at their earliest feasible start, where the
-   known elastic demand still fits; fill what is left with elastic replicas,
+3. Repair (repair.py): place the jobs in that order at their rounded start
+   when it is free, else at their earliest feasible start, where the known
+   elastic demand still fits; fill what is left with elastic replicas,
    highest priority first. Feasible whatever the relaxation did. The same
-   repair from plain priority order, and FIFO's placement, compete; the best
-   plan goes on.
-4. Improve: local search on the exact objective (ruin and recreate, and
-   forcing in waiting jobs the relaxation wanted), never accepting a worse plan.
+   repair from plain priority order, FIFO's placement, greedy's plan and,
+   online, the last replan's plan compete; the best plan goes on.
+4. Improve (search.py): local search on the exact objective (ruin and
+   recreate, and forcing in waiting jobs the relaxation wanted), never
+   accepting a worse plan, within its move cap, patience and time budget.
+   Offline, greedy's plan is returned when the search ends below it.
+
+Guaranteed real-time replicas (rule 4) are fixed before all of this
+(gpualloc.core.guarantee); online, the repair and the search maximize a
+discounted objective (SolverConfig.discount, set by gpualloc.online).
 """
 from __future__ import annotations
 
