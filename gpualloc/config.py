@@ -36,6 +36,7 @@ from omegaconf import MISSING
 DEVICES = ("auto", "cpu", "cuda")
 MODES = ("offline", "online")
 FORECASTS = ("oracle", "last_day", "ewma")
+ARRIVALS = ("none", "history")
 ROUNDINGS = ("relaxed", "priority", "best")
 GRIDS = ("auto", "dense", "packed")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -560,6 +561,11 @@ class OnlineConfig:
     plan of the known jobs is indifferent to postponing work the horizon does
     not cut, but online what it postpones competes with jobs not yet known,
     so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
+    arrivals: str = "none"
+    """none | history: with history, each replan also plans placeholder jobs
+    for the rigid work it expects to arrive (rates, sizes, durations and
+    priorities per kind from the jobs seen so far, by time of day); they hold
+    capacity in the plan and are never run."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
@@ -572,6 +578,7 @@ class OnlineConfig:
         r = _Rules(self, at)
         r.number("discount", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
+        r.one_of("arrivals", ARRIVALS)
         r.number("replan_every", "[1, inf)", integer=True)
         r.one_of("forecast", FORECASTS)
         r.number("ewma_alpha", "(0, 1]")

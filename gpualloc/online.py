@@ -57,7 +57,7 @@ from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan, empty_owner
 from gpualloc.policies import POLICIES, Policy
-from gpualloc.scenario import Job, Scenario, ScenarioError
+from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
 ONLINE_BY_NATURE = ("fifo",)
 """Policies that run unchanged in online mode."""
@@ -151,9 +151,11 @@ class Committed:
 
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
-         step_minutes: float, pools, G: int) -> tuple[Scenario, list[int]]:
-    """The scenario the planner sees at tau, and view job -> scenario job. Built
-    from the observation, the forecast and the commitments only."""
+         step_minutes: float, pools, G: int,
+         expected: list[Job] | None = None) -> tuple[Scenario, list[int]]:
+    """The scenario the planner sees at tau, and view job -> scenario job (IDLE
+    for the `expected` placeholders, appended last). Built from the
+    observation, the forecast and the commitments only."""
     tau = obs.tau
     T = horizon - tau
     jobs, index, fixed_cells = [], [], []
@@ -177,9 +179,47 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     fixed = torch.full((G, T), IDLE, dtype=torch.long)
     for v, g0, k, length in fixed_cells:
         fixed[g0:g0 + k, :length] = v
+    for k in expected or []:
+        jobs.append(k)
+        index.append(IDLE)  # a placeholder: no scenario job behind it
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
                  jobs=jobs, fixed=fixed)
     return v, index
+
+
+def expected_arrivals(obs: Observation, T: int, period: int) -> list[Job]:
+    """Placeholders for the rigid work expected to arrive after tau, within
+    the view's T steps, from the jobs seen so far only: per kind, the
+    arrival rate (by time of day once a whole period has been seen, else
+    flat), placed where the expected count crosses a whole job, each a copy
+    (size, duration, priority, types) of a seen job of its kind, in an order
+    drawn from tau. View arrivals are >= 1: none is ever started before the
+    next replan can see what really arrived."""
+    tau = obs.tau
+    seen = [k for k in obs.known if k.demand is None]
+    out: list[Job] = []
+    rng = np.random.default_rng(tau)
+    for kind in RIGID_KINDS:
+        mine = [k for k in seen if k.kind == kind]
+        if not mine:
+            continue
+        counts = np.bincount([k.arrival for k in mine], minlength=tau + 1)[:tau + 1]
+        if tau + 1 >= period:  # a daily profile: mean arrivals at each time of day
+            days = np.bincount(np.arange(tau + 1) % period, minlength=period)
+            rate = np.bincount(np.arange(tau + 1) % period, weights=counts,
+                               minlength=period) / np.maximum(days, 1)
+        else:
+            rate = np.full(period, counts.sum() / (tau + 1))
+        protos = [mine[i] for i in rng.permutation(len(mine))]
+        due = 0.0
+        for dt in range(1, T):
+            due += rate[(tau + dt) % period]
+            while due >= 1.0:
+                due -= 1.0
+                p = protos[len(out) % len(protos)]
+                out.append(replace(p, id=f"expected-{len(out)}", arrival=dt,
+                                   duration=min(p.duration, T - dt)))
+    return out
 
 
 # ---- the loop -----------------------------------------------------------------------------
@@ -201,6 +241,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
     oracle = Oracle(s) if o.forecast == "oracle" else None
+    period = o.period_steps or max(1, round(1440 / s.step_minutes))
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
@@ -211,7 +252,9 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         steps = s.T - tau - 1
         future = (oracle(obs, steps) if oracle is not None
                   else forecast(o.forecast, obs, steps, o, s.step_minutes))
-        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G)
+        expected = (expected_arrivals(obs, s.T - tau, period) if o.arrivals == "history"
+                    else None)
+        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
         v.hint = _hint(previous, index, tau, s.J)
         if on_view is not None:
             on_view(tau, v, index)
@@ -246,7 +289,9 @@ def _hint(previous: torch.Tensor | None, index: list[int], tau: int,
     if previous is None:
         return None
     to_view = torch.full((J + 1,), IDLE, dtype=torch.long)  # scenario job -> view job
-    to_view[torch.tensor(index, dtype=torch.long)] = torch.arange(len(index))
+    known = torch.tensor(index, dtype=torch.long)
+    real = known >= 0  # placeholders have no scenario job
+    to_view[known[real]] = torch.arange(len(index))[real]
     grid = previous[:, tau:]
     return torch.where(grid >= 0, to_view[grid], IDLE)
 
@@ -275,7 +320,8 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
                           torch.where(busy, t_idx, v.T).flatten(), "amin")
     decided = fixed_jobs(v)
     for vj in range(v.J):
-        if not v.jobs[vj].rigid or decided[vj] or first[vj] >= stop - tau:
+        if (not v.jobs[vj].rigid or decided[vj] or first[vj] >= stop - tau
+                or index[vj] == IDLE):  # placeholders hold capacity, never run
             continue
         cells = planned == vj  # (G, T - tau) block x [start, end)
         j = index[vj]

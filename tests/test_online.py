@@ -31,9 +31,9 @@ def ids(s: Scenario, owner: torch.Tensor) -> list[list[str]]:
     return [[names[j] if j >= 0 else "" for j in row] for row in owner.T.tolist()]
 
 
-def run_online(s, forecast_, every, policy=fixed_greedy):
+def run_online(s, forecast_, every, policy=fixed_greedy, **kw):
     views = []
-    plan = online(s, policy, cfg(forecast_, every), on_view=lambda *v: views.append(v))
+    plan = online(s, policy, cfg(forecast_, every, **kw), on_view=lambda *v: views.append(v))
     return plan, views
 
 
@@ -90,20 +90,22 @@ def late_changed(doc: dict, tau0: int, seed: int) -> dict:
 
 
 @given(scenario_docs(max_horizon=10), st.sampled_from(NOT_ORACLE), st.integers(1, 3),
-       st.integers(0, 9), st.integers(0, 2**16))
-def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed):
+       st.integers(0, 9), st.integers(0, 2**16), st.sampled_from(["none", "history"]))
+def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed, arrivals):
     # Visibility by construction: two scenarios that agree on all that is
     # known at tau0 give the planner the same views up to tau0, and the same
     # executed plan up to tau0, whatever comes later.
     tau0 = min(tau0, doc["horizon"] - 1)
     a, b = from_dict(doc), from_dict(late_changed(doc, tau0, seed))
-    plan_a, views_a = run_online(a, forecast_, every)
-    plan_b, views_b = run_online(b, forecast_, every)
+    plan_a, views_a = run_online(a, forecast_, every, arrivals=arrivals)
+    plan_b, views_b = run_online(b, forecast_, every, arrivals=arrivals)
     for (ta, va, ia), (tb, vb, ib) in zip(views_a, views_b):
         if ta > tau0:
             break
+        # The views agree, placeholders for expected arrivals included.
         assert ta == tb and va.to_dict() == vb.to_dict() and torch.equal(va.fixed, vb.fixed)
-        assert [a.jobs[j].id for j in ia] == [b.jobs[j].id for j in ib]
+        assert [a.jobs[j].id if j >= 0 else "" for j in ia] == [
+            b.jobs[j].id if j >= 0 else "" for j in ib]
         # The last plan a replan starts from was made from the past alone.
         assert (va.hint is None) == (vb.hint is None)
         if va.hint is not None:
@@ -111,6 +113,23 @@ def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed):
             held = va.hint[va.hint >= 0]
             assert all(va.jobs[int(j)].rigid for j in held.unique())
     assert ids(a, plan_a.owner)[:tau0 + 1] == ids(b, plan_b.owner)[:tau0 + 1]
+
+
+@given(scenario_docs(max_horizon=12), st.integers(1, 3))
+def test_placeholders_copy_seen_jobs_and_never_run(doc, every):
+    s = from_dict(doc)
+    plan, views = run_online(s, "last_day", every, arrivals="history")
+    assert check(s, plan.owner).ok and int(plan.owner.max()) < s.J  # scenario jobs only
+    for tau, v, index in views:
+        seen = [s.jobs[j] for j in range(s.J) if s.jobs[j].arrival <= tau and s.jobs[j].rigid]
+        for vj, j in enumerate(index):
+            if j >= 0:
+                continue
+            p = v.jobs[vj]  # a placeholder: a copy of a job seen by tau, arriving later
+            assert p.rigid and p.arrival >= 1
+            assert any((q.kind, q.gpus, q.priority, q.gpu_types) == (p.kind, p.gpus, p.priority,
+                                                                     p.gpu_types)
+                       and p.duration <= q.duration for q in seen)
 
 
 def test_oracle_reads_the_future_and_the_test_sees_it():
