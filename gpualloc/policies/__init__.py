@@ -33,6 +33,11 @@ def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     return greedy(s, cfg.greedy, device)
 
 
+def _backfill(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    from gpualloc.policies.backfill import backfill
+    return backfill(s)
+
+
 def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.exact import exact
     return exact(s, cfg.exact, device, seed=cfg.seed)
@@ -42,5 +47,6 @@ POLICIES: dict[str, Policy] = {
     "fifo": _fifo,
     "allocator": _allocator,
     "greedy": _greedy,
+    "backfill": _backfill,
     "exact": _exact,
 }

@@ -1,0 +1,67 @@
+"""Plain priority-order EASY backfilling: the floor a scheduler should clear.
+
+At each timestep t:
+- real-time replicas are served first, on the GPUs running rigid jobs leave
+  free, highest priority first, lowest free block first (the placement
+  core's elastic fill);
+- waiting rigid jobs, by priority (ties: arrival, scenario order), start on
+  the lowest free block that is free for their whole run and holds no
+  replica at t; the first that cannot start reserves the earliest (time,
+  block) at which it could (EASY), and the jobs behind it start only off
+  that reservation.
+
+No look-ahead at the real-time curves, no fit key beyond the lowest block:
+greedy (gpualloc.policies.greedy) must never be below it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core.guarantee import planning_fixed
+from gpualloc.core.layout import layout
+from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill_elastic
+from gpualloc.plan import Plan
+from gpualloc.scenario import Scenario
+
+
+def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
+    lay = layout(s)
+    fixed = planning_fixed(s)  # decided cells and guaranteed replicas
+    occ = Occupancy(lay, None if fixed is None else fixed.cpu().numpy().T)
+    owner = occ.owner_grid()  # (T, G): fixed cells, then what starts and what is served
+    need = lay.demand.copy()
+    cells = owner >= 0
+    held = np.zeros_like(need)
+    np.add.at(held, (owner[cells], np.nonzero(cells)[0]), 1)
+    need = np.maximum(need - held // lay.gpus[:, None], 0)  # replicas still wanted
+    order = priority_order(s)
+    elastic = [j for j in order if not lay.rigid[j] and not lay.unplaceable[j]]
+    done = fixed_jobs(s)
+    queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
+    for t in range(lay.T):
+        occ.release()
+        column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
+        fill_elastic(lay, column, owner[t:t + 1], elastic, need[elastic, t:t + 1])
+        replica = (owner[t] >= 0) & ~occ.busy[t]  # (G,) GPUs serving replicas at t
+        reserved = False
+        for j in [j for j in queue if lay.arrival[j] <= t]:
+            b = lay.blocks(j)
+            k = int(lay.gpus[j])
+            free = occ.free_at(j, t)
+            if free.any():
+                free &= np.array([not replica[g:g + k].any() for g in b.tolist()])
+            if free.any():
+                g = int(b[np.nonzero(free)[0][0]])
+                occ.place(j, t, g)
+                owner[t:t + occ.length(j, t), g:g + k] = j
+                queue.remove(j)
+            elif not reserved:
+                reserved = True
+                t0, at = occ.earliest(j, t + 1)
+                if at is not None:
+                    g = int(b[np.nonzero(at)[0][0]])
+                    occ.hold(t0, t0 + occ.length(j, t0), g, k)
+    return Plan(owner=torch.from_numpy(np.ascontiguousarray(owner.T)))
