@@ -8,7 +8,7 @@ nodes), odd and multi-node gangs, type and memory needs, unplaceable jobs,
 seven real-time services per 64 GPUs; 256 GPUs is the same family with four
 times the nodes, jobs and services. Per run: FIFO, the plain EASY backfill
 (policies/backfill.py), greedy and the allocator, every plan checked, and the
-LP upper bound (gpualloc.policies.exact: per GPU within a minute, else per
+LP upper bound (gpualloc.policies.exact: per GPU within 20 s, else per
 pool). Reported: gap to the bound
 (1 - value / bound), allocator over greedy, greedy over backfill: medians and
 worst cases.

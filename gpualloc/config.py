@@ -492,6 +492,12 @@ class GreedyConfig:
     loss). Bounds the cost on large scenarios; 2 measured best among 2, 8, 32."""
     repack_blocks: int = 4
     """Candidate blocks (best fit first) re-pack-checked per such job."""
+    variants: bool = True
+    """Also plan with the plain priority-order EASY backfill (one pass, no
+    look-ahead; gpualloc.policies.backfill) and keep the better plan: the
+    demand-aware rules above pay on most workloads and lose on some (a
+    displacement priced against the wrong alternative), and greedy is never
+    below the plain floor."""
 
     def __post_init__(self) -> None:
         self.validate()

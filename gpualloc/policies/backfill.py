@@ -45,14 +45,15 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
         occ.release()
         column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
         fill_elastic(lay, column, owner[t:t + 1], elastic, need[elastic, t:t + 1])
-        replica = (owner[t] >= 0) & ~occ.busy[t]  # (G,) GPUs serving replicas at t
+        replica = np.zeros(lay.G + 1, dtype=np.int64)  # prefix sums of GPUs serving replicas at t
+        np.cumsum((owner[t] >= 0) & ~occ.busy[t], out=replica[1:])
         reserved = False
         for j in [j for j in queue if lay.arrival[j] <= t]:
             b = lay.blocks(j)
             k = int(lay.gpus[j])
             free = occ.free_at(j, t)
             if free.any():
-                free &= np.array([not replica[g:g + k].any() for g in b.tolist()])
+                free &= replica[b + k] == replica[b]
             if free.any():
                 g = int(b[np.nonzero(free)[0][0]])
                 occ.place(j, t, g)

@@ -59,8 +59,18 @@ from gpualloc.scenario import Scenario
 
 def greedy(s: Scenario, cfg: GreedyConfig | None = None,
            device: torch.device | str = "cpu") -> Plan:
-    """Greedy's plan of `s` (the placement core runs on the CPU whatever `device` says)."""
-    return _Greedy(s, cfg or GreedyConfig()).run()
+    """Greedy's plan of `s` (the placement core runs on the CPU whatever `device`
+    says); with `cfg.variants`, the plain EASY backfill's too, the better kept."""
+    cfg = cfg or GreedyConfig()
+    plan = _Greedy(s, cfg).run()
+    if cfg.variants:
+        from gpualloc.metrics import weighted_throughput
+        from gpualloc.policies.backfill import backfill
+
+        plain = backfill(s)
+        if weighted_throughput(s, plain.owner) > weighted_throughput(s, plan.owner):
+            plan = Plan(owner=plain.owner, info={**plan.info, "variant": "backfill"})
+    return plan
 
 
 # ---- greedy's own keys, compiled ---------------------------------------------------------
