@@ -3,7 +3,7 @@ import sys
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpualloc.check import check
@@ -148,6 +148,9 @@ MUTATIONS = ["before_arrival", "incompatible", "block_broken", "cell_moved", "re
 
 
 @given(scenarios(max_jobs=6), st.sampled_from(MUTATIONS), st.data())
+# Each mutation needs a plan with something to mutate (assume): on some
+# random seeds most drawn scenarios have none, which is not a failure.
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 def test_mutated_plans_rejected(s, mutation, data):
     o = fifo(s).owner.clone()
     assert check(s, o).ok
