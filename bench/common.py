@@ -15,6 +15,18 @@ SEVEN = ["mixed", "training_heavy", "inference_diurnal", "batch_flood", "quantiz
          "heterogeneous", "low_contention"]
 
 
+def composed(*overrides: str):
+    """The typed run config that `python -m gpualloc.run OVERRIDES...` composes."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from gpualloc.config import register_configs
+
+    register_configs()
+    with initialize_config_module("gpualloc.conf", version_base=None):
+        return OmegaConf.to_object(compose("config", overrides=list(overrides)))
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -40,7 +40,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, git_commit, machine
 
 # Runs in a checkout of either commit: only what both have (the policy
 # registry, build_scenario, the metrics, the checker, bench.quality.SMALL).
@@ -275,50 +275,45 @@ def speed_markdown(result: dict) -> str:
 
 def search_time(args) -> dict:
     import torch
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
 
     from gpualloc.check import check
-    from gpualloc.config import register_configs
     from gpualloc.metrics import weighted_throughput
     from gpualloc.policies import POLICIES
     from gpualloc.run import build_scenario
 
     torch.set_num_threads(1)
-    register_configs()
     cpu = torch.device("cpu")
     rows = []
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        for name in SEVEN:
-            for seed in range(args.seeds):
-                base = [f"+scenario={name}", f"seed={seed}", "solver.progress=false"]
-                cfg = OmegaConf.to_object(compose("config", overrides=base))
-                s = build_scenario(cfg.scenario, seed)
-                row = {"scenario": name, "seed": seed, "budgets": {}}
-                for label, overrides in (("greedy", None), ("default", [])):
-                    start = time.perf_counter()
-                    if overrides is None:
-                        plan = POLICIES["greedy"](s, cfg, cpu)
-                    else:
-                        plan = POLICIES["allocator"](s, cfg, cpu)
-                        row["default_search"] = plan.info["local_search"]
-                    assert check(s, plan.owner).ok
-                    row[label] = weighted_throughput(s, plan.owner)
-                    row[f"{label}_s"] = time.perf_counter() - start
-                for budget in args.budgets:
-                    timed = OmegaConf.to_object(compose("config", overrides=base + [
-                        f"solver.time_limit_s={budget}", "solver.local_search_iters=1000000000",
-                        "solver.local_search_patience=0"] if budget > 0 else base + [
-                        "solver.local_search_iters=0"]))
-                    start = time.perf_counter()
-                    plan = POLICIES["allocator"](s, timed, cpu)
-                    wall = time.perf_counter() - start
-                    assert check(s, plan.owner).ok
-                    row["budgets"][str(budget)] = {
-                        "value": weighted_throughput(s, plan.owner), "wall_s": wall,
-                        "moves": plan.info["local_search"]["iterations"]}
-                rows.append(row)
-                print(name, seed, {b: v["value"] for b, v in row["budgets"].items()}, flush=True)
+    for name in SEVEN:
+        for seed in range(args.seeds):
+            base = [f"+scenario={name}", f"seed={seed}", "solver.progress=false"]
+            cfg = composed(*base)
+            s = build_scenario(cfg.scenario, seed)
+            row = {"scenario": name, "seed": seed, "budgets": {}}
+            for label, overrides in (("greedy", None), ("default", [])):
+                start = time.perf_counter()
+                if overrides is None:
+                    plan = POLICIES["greedy"](s, cfg, cpu)
+                else:
+                    plan = POLICIES["allocator"](s, cfg, cpu)
+                    row["default_search"] = plan.info["local_search"]
+                assert check(s, plan.owner).ok
+                row[label] = weighted_throughput(s, plan.owner)
+                row[f"{label}_s"] = time.perf_counter() - start
+            for budget in args.budgets:
+                timed = composed(*base, *([
+                    f"solver.time_limit_s={budget}", "solver.local_search_iters=1000000000",
+                    "solver.local_search_patience=0"] if budget > 0 else [
+                    "solver.local_search_iters=0"]))
+                start = time.perf_counter()
+                plan = POLICIES["allocator"](s, timed, cpu)
+                wall = time.perf_counter() - start
+                assert check(s, plan.owner).ok
+                row["budgets"][str(budget)] = {
+                    "value": weighted_throughput(s, plan.owner), "wall_s": wall,
+                    "moves": plan.info["local_search"]["iterations"]}
+            rows.append(row)
+            print(name, seed, {b: v["value"] for b, v in row["budgets"].items()}, flush=True)
     return {"budgets": args.budgets, "rows": rows}
 
 

@@ -28,12 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
-from bench.common import ROOT, git_commit, machine
+from bench.common import ROOT, composed, git_commit, machine
 from gpualloc.check import check
-from gpualloc.config import register_configs
 from gpualloc.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
@@ -45,10 +42,7 @@ LP_SECONDS = 20.0
 
 def family(scale: int):
     """The broad family's run config at `scale` x 64 GPUs."""
-    register_configs()
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        cfg = OmegaConf.to_object(compose("config", overrides=["+scenario=broad",
-                                                                "solver.progress=false"]))
+    cfg = composed("+scenario=broad", "solver.progress=false")
     sc = cfg.scenario
     if scale > 1:
         sc.name = f"broad_{64 * scale}"

@@ -21,12 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
-from bench.common import ROOT, SEVEN, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, git_commit, machine
 from gpualloc.check import check
-from gpualloc.config import register_configs
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
 from gpualloc.policies import POLICIES
@@ -37,37 +34,34 @@ POLICY_ORDER = ["fifo", "greedy", "allocator"]
 
 def measure(seeds: list[int], share: float) -> list[dict]:
     torch.set_num_threads(1)
-    register_configs()
     cpu = torch.device("cpu")
     rows = []
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        for name in SEVEN:
-            for seed in seeds:
-                cfg = OmegaConf.to_object(compose("config", overrides=[
-                    f"+scenario={name}", f"seed={seed}", "solver.progress=false"]))
-                free = build_scenario(cfg.scenario, seed)
-                held = with_min_served(free, share)
-                settings = [("free", free), ("guaranteed", held)]
-                try:
-                    check_guarantee(held)
-                except GuaranteeError as e:  # the run would stop here, exit 2
-                    rows.append({"scenario": name, "seed": seed, "setting": "guaranteed",
-                                 "policy": "all", "impossible": str(e)})
-                    settings = settings[:1]
-                for setting, s in settings:
-                    for policy in POLICY_ORDER:
-                        start = time.perf_counter()
-                        owner = POLICIES[policy](s, cfg, cpu).owner
-                        wall = time.perf_counter() - start
-                        verdict = check(s, owner)
-                        assert verdict.ok_but_guarantee if policy == "fifo" else verdict.ok, (
-                            name, seed, setting, policy, str(verdict))
-                        m = metrics(s, owner)
-                        rows.append({"scenario": name, "seed": seed, "setting": setting,
-                                     "policy": policy, "wall_s": wall,
-                                     **{k: m[k] for k in ("weighted_throughput", "utilization",
-                                                          "realtime_slo", "guarantee_shortfall")}})
-                print(name, seed, flush=True)
+    for name in SEVEN:
+        for seed in seeds:
+            cfg = composed(f"+scenario={name}", f"seed={seed}", "solver.progress=false")
+            free = build_scenario(cfg.scenario, seed)
+            held = with_min_served(free, share)
+            settings = [("free", free), ("guaranteed", held)]
+            try:
+                check_guarantee(held)
+            except GuaranteeError as e:  # the run would stop here, exit 2
+                rows.append({"scenario": name, "seed": seed, "setting": "guaranteed",
+                             "policy": "all", "impossible": str(e)})
+                settings = settings[:1]
+            for setting, s in settings:
+                for policy in POLICY_ORDER:
+                    start = time.perf_counter()
+                    owner = POLICIES[policy](s, cfg, cpu).owner
+                    wall = time.perf_counter() - start
+                    verdict = check(s, owner)
+                    assert verdict.ok_but_guarantee if policy == "fifo" else verdict.ok, (
+                        name, seed, setting, policy, str(verdict))
+                    m = metrics(s, owner)
+                    rows.append({"scenario": name, "seed": seed, "setting": setting,
+                                 "policy": policy, "wall_s": wall,
+                                 **{k: m[k] for k in ("weighted_throughput", "utilization",
+                                                      "realtime_slo", "guarantee_shortfall")}})
+            print(name, seed, flush=True)
     return rows
 
 

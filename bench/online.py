@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, git_commit, machine
 from gpualloc.check import check
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import gains, metrics
@@ -38,18 +38,6 @@ from gpualloc.run import build_scenario, with_min_served
 from gpualloc.scenario import ScenarioError
 
 TRACES = ["alibaba"]  # file scenarios: one run, seeds do not change them
-
-
-def composed(name: str, seed: int):
-    from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf
-
-    from gpualloc.config import register_configs
-
-    register_configs()
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        return OmegaConf.to_object(compose("config", overrides=[f"+scenario={name}",
-                                                                f"seed={seed}"]))
 
 
 def load_extra(spec: str):
@@ -82,7 +70,7 @@ def bench(args) -> dict:
         sys.exit(f"error: unknown policies {', '.join(unknown)} (known: {', '.join(POLICIES)})")
     rows = []
     # Composed up front: the YAML is read once, before anything runs.
-    runs = [(scenario, seed, composed(scenario, seed)) for scenario in args.scenarios
+    runs = [(scenario, seed, composed(f"+scenario={scenario}", f"seed={seed}")) for scenario in args.scenarios
             for seed in ([0] if scenario in TRACES else args.seeds)]
     for scenario, seed, cfg in runs:
         s = build_scenario(cfg.scenario, seed)

@@ -21,11 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
-from bench.common import ROOT, git_commit, machine
-from gpualloc.config import register_configs
+from bench.common import ROOT, composed, git_commit, machine
 from gpualloc.metrics import held, useful, weighted_throughput
 from gpualloc.online import online
 from gpualloc.policies import POLICIES
@@ -41,10 +38,8 @@ SETTINGS = {
 
 
 def measure(scenario: str, seed: int, policy: str, overrides: list[str], no_memory: bool):
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        cfg = OmegaConf.to_object(compose("config", overrides=[
-            f"+scenario={scenario}", f"seed={seed}", "mode=online", "online.replan_every=6",
-            "solver.progress=false", *overrides]))
+    cfg = composed(f"+scenario={scenario}", f"seed={seed}", "mode=online",
+                   "online.replan_every=6", "solver.progress=false", *overrides)
     s = build_scenario(cfg.scenario, seed)
     postponed = defaultdict(int)  # top-priority job id -> replans that planned it beyond the window
 
@@ -81,7 +76,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    register_configs()
     rows = []
     for seed in range(args.seeds):
         for label, (policy, overrides) in SETTINGS.items():

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gpualloc.plan import held
 from gpualloc.scenario import Scenario, ScenarioError
 
 
@@ -103,11 +104,7 @@ def check(s: Scenario, owner: torch.Tensor) -> Check:
 def shortfall(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
     """(J, T) int64: replicas below rule 4's guarantee, ceil(min_served x
     demand) minus the replicas held (floor(n / gpus), as in the metrics)."""
-    owner = owner.cpu().long()
-    busy = owner >= 0
-    t = torch.arange(s.T).expand(s.G, s.T)[busy]
-    n = torch.bincount(owner[busy] * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)
-    replicas = n // s.gpus[:, None]
+    replicas = held(s, owner) // s.gpus[:, None]
     return torch.where(s.rigid[:, None], 0, (s.guaranteed - replicas).clamp(min=0))
 
 

@@ -5,16 +5,8 @@ import numpy as np
 import torch
 
 from gpualloc.check import shortfall
+from gpualloc.plan import held  # noqa: F401 (n_j(t); the metrics' and the policies' name)
 from gpualloc.scenario import KINDS, RIGID_KINDS, Scenario
-
-
-def held(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
-    """(J, T) int64: n_j(t), the GPUs job j holds at t."""
-    owner = owner.cpu().long()
-    busy = owner >= 0
-    j = owner[busy]
-    t = torch.arange(s.T).expand(s.G, s.T)[busy]
-    return torch.bincount(j * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)
 
 
 def useful(s: Scenario, n: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,16 @@ class Plan:
     info: dict = field(default_factory=dict)
 
 
+def held(scenario: Scenario, owner: torch.Tensor) -> torch.Tensor:
+    """(J, T) int64: n_j(t), the GPUs job j holds at t in the (G, T) owner grid."""
+    owner = owner.cpu().long()
+    busy = owner >= 0
+    j = owner[busy]
+    t = torch.arange(scenario.T).expand(scenario.G, scenario.T)[busy]
+    return torch.bincount(j * scenario.T + t,
+                          minlength=scenario.J * scenario.T).reshape(scenario.J, scenario.T)
+
+
 def empty_owner(scenario: Scenario, device: torch.device | str = "cpu") -> torch.Tensor:
     return torch.full((scenario.G, scenario.T), IDLE, dtype=torch.long, device=device)
 

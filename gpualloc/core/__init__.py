@@ -19,7 +19,9 @@ A policy is its own choices on top of it: an order, a fit key, a guard.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from gpualloc.plan import held
 from gpualloc.scenario import Scenario
 
 
@@ -28,6 +30,14 @@ def priority_order(s: Scenario, jobs=None) -> list[int]:
     scenario order."""
     jobs = range(s.J) if jobs is None else jobs
     return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
+
+
+def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
+    """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
+    the time-major owner grid `owner` (T, G), e.g. the cells fixed before
+    planning, whose replicas count against demand."""
+    return (held(s, torch.from_numpy(np.ascontiguousarray(owner.T)))
+            // s.gpus[:, None]).numpy()
 
 
 def fixed_jobs(s: Scenario) -> np.ndarray:

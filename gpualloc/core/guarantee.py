@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gpualloc.core import replicas_held
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
@@ -45,11 +46,7 @@ def _fixed(s: Scenario) -> np.ndarray:
 
 def still_guaranteed(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: guaranteed replicas not yet held in `owner` (T, G)."""
-    lay = layout(s)
-    held = np.zeros((s.J, s.T), dtype=np.int64)
-    cells = owner >= 0
-    np.add.at(held, (owner[cells], np.nonzero(cells)[0]), 1)
-    return np.maximum(s.guaranteed.numpy() - held // lay.gpus[:, None], 0)
+    return np.maximum(s.guaranteed.numpy() - replicas_held(s, owner), 0)
 
 
 def footprint(s: Scenario, strict: bool = True) -> np.ndarray:

@@ -109,59 +109,32 @@ class DemandGuard:
                                                       lay.priority[j])
         gpu_in = self.subset_pools[:, lay.gpu_pool]  # (U, G)
         self.slack = gpu_in.astype(np.int64) @ free.T.astype(np.int64) - need  # (U, T)
-        self._cache: dict = {}
 
     def take(self, pool: int, t0: int, t1: int, k: int) -> None:
         """A k-GPU rigid job holds GPUs of `pool` over [t0, t1) (negative k: releases them)."""
         if self.U:
             _take(self.slack, self.subset_pools, pool, t0, t1, k)
-            self._cache.clear()
-
-    def changed(self) -> None:
-        """The slack was changed in place (gpualloc.core.insert): drop caches."""
-        self._cache.clear()
-
-    def short(self, k: int, d: int) -> np.ndarray:
-        """(P, T) bool: a k-GPU run of d steps starting at t in pool p leaves
-        some union short of the demand."""
-        key = ("short", k, d)
-        if key not in self._cache:
-            out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.bool_)
-            _short(self.slack, self.subset_pools, k, d, out)
-            self._cache[key] = out
-        return self._cache[key]
-
-    def price(self, k: int, d: int) -> np.ndarray:
-        """(P, T) float64: the priority-weighted elastic service displaced."""
-        key = ("price", k, d)
-        if key not in self._cache:
-            out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.float64)
-            _price(self.slack, self.subset_pools, self.subset_priority, self.subset_replica, k, d,
-                   out)
-            self._cache[key] = out
-        return self._cache[key]
 
     def short_at(self, k: int, t: int, length: int) -> np.ndarray:
-        """(P,) bool: `short` for one start t and a run of `length` steps."""
-        window = self.slack[:, t:t + length]  # (U, length)
-        short = window.min(1) < k  # (U,)
-        return (self.subset_pools & short[:, None]).any(0)
+        """(P,) bool: a k-GPU run of `length` steps from t in pool p leaves some
+        union short of the demand (`_short`, read at t)."""
+        out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.bool_)
+        _short(self.slack, self.subset_pools, k, length, out)
+        return out[:, t]
 
     def price_at(self, k: int, t: int, length: int) -> np.ndarray:
-        """(P,) float64: `price` for one start t and a run of `length` steps."""
-        window = self.slack[:, t:t + length]  # (U, length)
-        lack = np.clip(k - np.maximum(window, 0), 0, k)
-        size = self.subset_replica[:, None]
-        lack = ((lack + size - 1) // size * size).astype(np.float64).sum(1)  # (U,)
-        cost = np.where(self.subset_pools, (lack * self.subset_priority)[:, None], 0.0)
-        return cost.max(0) if len(cost) else np.zeros(self.subset_pools.shape[1])
+        """(P,) float64: the priority-weighted elastic service such a run
+        displaces (`_price`, read at t)."""
+        out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.float64)
+        _price(self.slack, self.subset_pools, self.subset_priority, self.subset_replica, k,
+               length, out)
+        return out[:, t]
 
     def snapshot(self) -> np.ndarray:
         return self.slack.copy()
 
     def restore(self, slack: np.ndarray) -> None:
         self.slack = slack
-        self._cache.clear()
 
 
 @njit(cache=True)

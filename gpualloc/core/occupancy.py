@@ -42,8 +42,6 @@ class Occupancy:
         self.first = np.full(lay.J, -1, dtype=np.int64)
         self.held: tuple[int, int, int, int] | None = None
         """The EASY reservation (start, end, first GPU, GPUs), if any."""
-        self.version = 0
-        """Counts changes: caches keyed by it go stale with the state."""
 
     # ---- placements ------------------------------------------------------------------
     def length(self, j: int, start: int) -> int:
@@ -56,7 +54,6 @@ class Occupancy:
         self.owner[start:end, first:first + k] = j
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.start[j], self.first[j] = start, first
-        self.version += 1
 
     def remove(self, j: int) -> None:
         start, first = int(self.start[j]), int(self.first[j])
@@ -65,7 +62,6 @@ class Occupancy:
         self.owner[start:end, first:first + k] = IDLE
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.start[j] = self.first[j] = -1
-        self.version += 1
 
     def hold(self, start: int, end: int, first: int, k: int) -> None:
         """EASY reservation: GPUs [first, first + k) over [start, end) are
@@ -74,7 +70,6 @@ class Occupancy:
         self.busy[start:end, first:first + k] = True
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.held = (start, end, first, k)
-        self.version += 1
 
     def release(self) -> tuple[int, int, int, int] | None:
         """Free the reservation, if any; returns it."""
@@ -83,8 +78,7 @@ class Occupancy:
             start, end, first, k = held
             self.busy[start:end, first:first + k] = self.fixed[start:end, first:first + k] >= 0
             kb.update_runs(self.busy, self.run, first, first + k, end)
-            self.version += 1
-        return held
+            return held
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),
@@ -93,7 +87,6 @@ class Occupancy:
     def restore(self, snap: Snapshot) -> None:
         self.busy, self.owner, self.run = snap.busy, snap.owner, snap.run
         self.start, self.first = snap.start, snap.first
-        self.version += 1
 
     # ---- block queries -------------------------------------------------------------------
     def free_at(self, j: int, t: int, length: int | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
@@ -32,11 +32,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     fixed = planning_fixed(s)  # decided cells and guaranteed replicas
     occ = Occupancy(lay, None if fixed is None else fixed.cpu().numpy().T)
     owner = occ.owner_grid()  # (T, G): fixed cells, then what starts and what is served
-    need = lay.demand.copy()
-    cells = owner >= 0
-    held = np.zeros_like(need)
-    np.add.at(held, (owner[cells], np.nonzero(cells)[0]), 1)
-    need = np.maximum(need - held // lay.gpus[:, None], 0)  # replicas still wanted
+    need = np.maximum(lay.demand - replicas_held(s, owner), 0)  # replicas still wanted
     order = priority_order(s)
     elastic = [j for j in order if not lay.rigid[j] and not lay.unplaceable[j]]
     done = fixed_jobs(s)

@@ -47,7 +47,7 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core import blocks as kb
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
@@ -195,10 +195,7 @@ class _Greedy:
         # Replicas still wanted once the fixed cells are counted.
         need = lay.demand.copy()
         if fixed is not None:
-            cells = fixed >= 0
-            held = np.zeros((lay.J, T), dtype=np.int64)
-            np.add.at(held, (fixed[cells], np.nonzero(cells)[0]), 1)
-            need = np.maximum(need - held // lay.gpus[:, None], 0)
+            need = np.maximum(need - replicas_held(s, fixed), 0)
         self.need = need  # (J, T)
         order = priority_order(s)
         ok = ~lay.unplaceable

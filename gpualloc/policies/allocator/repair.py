@@ -22,7 +22,7 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -52,10 +52,7 @@ class Schedule:
         # Replicas the fixed cells already serve count against demand.
         demand = lay.demand.copy()
         if fixed is not None:
-            cells = fixed >= 0  # (T, G)
-            held = np.zeros((lay.J, self.T), dtype=np.int64)
-            np.add.at(held, (fixed[cells], np.nonzero(cells)[0]), 1)
-            demand = np.maximum(demand - held // lay.gpus[:, None], 0)
+            demand = np.maximum(demand - replicas_held(s, fixed), 0)
         self.demand = demand  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (J,)
@@ -188,15 +185,8 @@ class Schedule:
         self.place(j, start, first)
         return victims
 
-    def insert(self, j: int, not_before: int = 0, demand_aware: bool = True) -> bool:
-        spot = self.find(j, not_before, demand_aware)
-        if spot is None:
-            return False
-        self.place(j, *spot)
-        return True
-
     def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None) -> int:
-        """`insert` for each job of `order` not placed yet, in order (from
+        """`find` and `place` for each job of `order` not placed yet, in order (from
         at[j] first, when given), in one compiled loop. Returns how many
         were placed."""
         lay, occ, guard = self.lay, self.occ, self.guard
@@ -211,9 +201,6 @@ class Schedule:
             demand_aware and guard.U > 0, lay.gpus, lay.duration, lay.arrival, lay.priority,
             lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool,
             lay.gpu_node, lay.N)
-        if placed:
-            occ.version += 1
-            guard.changed()
         return placed
 
     # ---- value ---------------------------------------------------------------------------
