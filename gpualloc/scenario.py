@@ -78,6 +78,10 @@ class Job:
     min_memory_gb: float = 0.0
     min_served: float = 0.0
     """Elastic jobs: the share of demand guaranteed at every timestep (rule 4)."""
+    preemptible: bool = False
+    """Rigid jobs: may run in segments (PROBLEM.md)."""
+    restart_cost: int = 0
+    """Preemptible jobs: timesteps every segment after the first restores."""
 
     @property
     def rigid(self) -> bool:
@@ -196,6 +200,16 @@ class Scenario:
         return torch.tensor([j.min_served for j in self.jobs], dtype=torch.float64)
 
     @cached_property
+    def preemptible(self) -> torch.Tensor:
+        """(J,) bool: rigid jobs that may run in segments."""
+        return torch.tensor([j.preemptible for j in self.jobs], dtype=torch.bool)
+
+    @cached_property
+    def restart_cost(self) -> torch.Tensor:
+        """(J,) int64: timesteps each segment after the first restores (0 unless preemptible)."""
+        return torch.tensor([j.restart_cost for j in self.jobs], dtype=torch.long)
+
+    @cached_property
     def guaranteed(self) -> torch.Tensor:
         """(J, T) int64: replicas rule 4 guarantees, ceil(min_served x demand).
         The product is rounded to 9 decimals first, so that 0.7 x 10 is 7, not
@@ -305,6 +319,10 @@ class Scenario:
                 d["min_memory_gb"] = j.min_memory_gb
             if j.min_served:
                 d["min_served"] = j.min_served
+            if j.preemptible:
+                d["preemptible"] = True
+                if j.restart_cost:
+                    d["restart_cost"] = j.restart_cost
             jobs.append(d)
         return {"name": self.name, "horizon": self.horizon, "step_minutes": self.step_minutes,
                 "cluster": {"pools": [vars(p).copy() for p in self.pools]}, "jobs": jobs}
@@ -392,7 +410,12 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
     if kind in RIGID_KINDS and "min_served" in doc:
         raise ScenarioError(f"{where}: field 'min_served' is for real-time inference jobs only "
                             f"(a {kind} job cannot be guaranteed a share of demand)")
-    _check_keys(doc, where, base | extra, {"gpu_types", "min_memory_gb", "min_served"})
+    for key in ("preemptible", "restart_cost"):
+        if kind in ELASTIC_KINDS and key in doc:
+            raise ScenarioError(f"{where}: field '{key}' is for rigid jobs only (a real-time "
+                                f"inference job is elastic: it never needs preempting)")
+    _check_keys(doc, where, base | extra,
+                {"gpu_types", "min_memory_gb", "min_served", "preemptible", "restart_cost"})
     prio = doc["priority"]
     if not _is_number(prio) or prio <= 0:
         raise ScenarioError(f"{where}: field 'priority' must be a finite number > 0, "
@@ -436,10 +459,21 @@ def _job(doc, i: int, horizon: int, types: set[str]) -> Job:
     if not _is_number(served) or not 0 <= served <= 1:
         raise ScenarioError(f"{where}: field 'min_served' must be a number in [0, 1], "
                             f"got {_show(served)}")
+    preemptible = doc.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        raise ScenarioError(f"{where}: field 'preemptible' must be true or false, "
+                            f"got {_show(preemptible)}")
+    restart_cost = 0
+    if "restart_cost" in doc:
+        if not preemptible:
+            raise ScenarioError(f"{where}: field 'restart_cost' is allowed only with "
+                                f"'preemptible: true'")
+        restart_cost = _int(doc, "restart_cost", where, 0)
     return Job(id=doc["id"], kind=kind, priority=prio, arrival=arrival, gpus=gpus,
                duration=duration, demand=list(demand) if demand is not None else None,
                gpu_types=list(gpu_types) if gpu_types is not None else None,
-               min_memory_gb=mem, min_served=served)
+               min_memory_gb=mem, min_served=served, preemptible=preemptible,
+               restart_cost=restart_cost)
 
 
 def from_dict(doc) -> Scenario:
