@@ -56,7 +56,7 @@ def measure(scenario: str, seed: int, policy: str, overrides: list[str], no_memo
 
     owner = online(s, planner, cfg, "cpu", name=policy).owner
     n = held(s, owner)
-    u = useful(s, n).double()
+    u = useful(s, n).double()  # the seven: no preemptible jobs
     start = torch.where(n > 0, torch.arange(s.T), s.T).amin(1)
     by_priority = defaultdict(float)
     for j, job in enumerate(s.jobs):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gpualloc.plan import held
+from gpualloc.plan import held, segments
 from gpualloc.scenario import Scenario, ScenarioError
 
 
@@ -96,6 +96,7 @@ def check(s: Scenario, owner: torch.Tensor) -> Check:
                 f"({s.gpu_type[int(g_idx[i])]}, {float(s.gpu_memory[g_idx[i]]):g} GB)")
 
     _check_rigid(s, out, g_idx, t_idx, j_idx)
+    _check_segments(s, out, owner)
     _check_elastic(s, out, owner)
     _check_guarantee(s, out, owner)
     return out
@@ -122,10 +123,23 @@ def _check_guarantee(s, out, owner) -> None:
                 f"{int(s.guaranteed[j, t])}")
 
 
+def _is_block(s, first, last, width, k) -> torch.Tensor:
+    """Elementwise: GPUs first..last, `width` of them held, are one block of k
+    (inside one node, or whole consecutive nodes of one pool)."""
+    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
+    first_of_node = torch.zeros(s.G, dtype=torch.bool)
+    first_of_node[s.node_first_gpu] = True
+    lo, hi = first.clamp(max=s.G - 1), last.clamp(min=0)
+    n = gpn[lo]
+    in_node = (k <= n) & (s.gpu_node[lo] == s.gpu_node[hi])
+    whole_nodes = (k > n) & (k % n == 0) & first_of_node[lo] & (s.gpu_pool[lo] == s.gpu_pool[hi])
+    return (width == k) & (last - first + 1 == k) & (in_node | whole_nodes)
+
+
 def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:
     # Rule 2: a rigid job's cells are exactly block x [start, min(start+duration, T)).
     J, T = s.J, s.T
-    sel = s.rigid[j_idx]
+    sel = (s.rigid & ~s.preemptible)[j_idx]
     g, t, j = g_idx[sel], t_idx[sel], j_idx[sel]
     if len(j) == 0:
         return
@@ -137,14 +151,7 @@ def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:
     cells = torch.bincount(j, minlength=J)
     held = cells > 0
     k = s.gpus
-    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
-    first_of_node = torch.zeros(s.G, dtype=torch.bool)
-    first_of_node[s.node_first_gpu] = True
-    lo, hi = gmin.clamp(max=s.G - 1), gmax.clamp(min=0)
-    n = gpn[lo]
-    in_node = (k <= n) & (s.gpu_node[lo] == s.gpu_node[hi])
-    whole_nodes = (k > n) & (k % n == 0) & first_of_node[lo] & (s.gpu_pool[lo] == s.gpu_pool[hi])
-    is_block = (width == k) & (gmax - gmin + 1 == k) & (in_node | whole_nodes)
+    is_block = _is_block(s, gmin, gmax, width, k)
     bad_block = held & ~is_block
     if bad_block.any():
         i = int(bad_block.nonzero()[0])
@@ -161,6 +168,30 @@ def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:
                 f"{_job(s, i)} holds {int(cells[i])} cells; block {int(gmin[i])}..{int(gmax[i])} "
                 f"from t={int(start[i])} for {int(length[i])} steps needs exactly "
                 f"{int(k[i] * length[i])}")
+
+
+def _check_segments(s, out, owner) -> None:
+    # Rule 2, preemptible jobs: at every held t the GPUs are one block of
+    # `gpus` (so is every segment), and nothing is held once the job is done.
+    if not bool(s.preemptible.any()):
+        return
+    seg = segments(s, owner)
+    on = seg.count > 0
+    k = s.gpus[:, None].expand_as(on)
+    lo, hi = seg.first.clamp(max=s.G - 1), seg.last.clamp(min=0)
+    bad = on & ~_is_block(s, seg.first, seg.last, seg.count, k)
+    if bad.any():
+        j, t = (int(v) for v in bad.nonzero()[0])
+        out.add("segment_not_block", int(bad.sum()),
+                f"{_job(s, j)} holds GPUs {int(lo[j, t])}..{int(hi[j, t])} "
+                f"({int(seg.count[j, t])} GPUs) at t={t}; each segment needs one block of "
+                f"{int(k[j, t])}")
+    late = seg.after_done
+    if late.any():
+        j, t = (int(v) for v in late.nonzero()[0])
+        out.add("after_done", int((late * seg.count).sum()),
+                f"{_job(s, j)} holds GPUs at t={t}, after its progress reached duration "
+                f"{int(s.duration[j])}")
 
 
 def _check_elastic(s, out, owner) -> None:

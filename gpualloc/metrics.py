@@ -5,28 +5,40 @@ import numpy as np
 import torch
 
 from gpualloc.check import shortfall
-from gpualloc.plan import held  # noqa: F401 (n_j(t); the metrics' and the policies' name)
+from gpualloc.plan import Segments, held, segments
 from gpualloc.scenario import KINDS, RIGID_KINDS, Scenario
 
 
-def useful(s: Scenario, n: torch.Tensor) -> torch.Tensor:
+def useful(s: Scenario, n: torch.Tensor, seg: Segments | None = None) -> torch.Tensor:
     """(J, T) int64 useful GPUs from (J, T) held GPUs: a rigid job's GPUs while
-    it runs, an elastic job's whole replicas up to demand."""
+    it runs (a preemptible one's while it progresses: `seg`, needed when the
+    scenario has preemptible jobs), an elastic job's whole replicas up to demand."""
     k = s.gpus[:, None]
     replicas = torch.minimum(n // k, s.demand)
-    return torch.where(s.rigid[:, None], n, replicas * k)
+    out = torch.where(s.rigid[:, None], n, replicas * k)
+    if seg is not None:
+        out = torch.where(s.preemptible[:, None], seg.progress * k, out)
+    return out
+
+
+def useful_of(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
+    """(J, T) useful GPUs of the (G, T) owner grid."""
+    owner = owner.cpu().long()
+    seg = segments(s, owner) if bool(s.preemptible.any()) else None
+    return useful(s, held(s, owner), seg)
 
 
 def weighted_throughput(s: Scenario, owner: torch.Tensor) -> float:
     """The objective: sum over j, t of priority_j * useful(j, t)."""
-    return float((s.priority[:, None] * useful(s, held(s, owner)).double()).sum())
+    return float((s.priority[:, None] * useful_of(s, owner).double()).sum())
 
 
 def metrics(s: Scenario, owner: torch.Tensor) -> dict:
     """All metrics of PROBLEM.md for a (feasible) plan, as plain numbers."""
     owner = owner.cpu().long()
     n = held(s, owner)
-    u = useful(s, n)
+    seg = segments(s, owner) if bool(s.preemptible.any()) else None
+    u = useful(s, n, seg)
     cells = s.G * s.T
     out: dict = {
         "utilization": float(u.sum()) / cells,
@@ -51,6 +63,8 @@ def metrics(s: Scenario, owner: torch.Tensor) -> dict:
     ran = n.sum(1) > 0
     start = torch.where(n > 0, torch.arange(s.T), s.T).amin(1)  # (J,) first timestep held
     completed = ran & (start + s.duration <= s.T)
+    if seg is not None:  # a preemptible job: done inside the horizon
+        completed = torch.where(s.preemptible, seg.done, completed)
     wait = (start - s.arrival).double()
     kinds = [j.kind for j in s.jobs]
     per_kind = {}
@@ -73,6 +87,9 @@ def metrics(s: Scenario, owner: torch.Tensor) -> dict:
     out["unplaceable"] = int(s.unplaceable.sum())
     out["mean_wait"] = _mean(rigid_waits)
     out["p95_wait"] = _p95(rigid_waits)
+    out["preemptions"] = int(seg.preemptions.sum()) if seg is not None else 0
+    out["restore_gpu_steps"] = (int((seg.restoring * s.gpus[:, None]).sum())
+                                if seg is not None else 0)
     return out
 
 

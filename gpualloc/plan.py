@@ -33,6 +33,73 @@ def held(scenario: Scenario, owner: torch.Tensor) -> torch.Tensor:
                           minlength=scenario.J * scenario.T).reshape(scenario.J, scenario.T)
 
 
+@dataclass
+class Segments:
+    """What the cells of preemptible jobs mean (PROBLEM.md): each (J, T),
+    zero or false on rows of other jobs."""
+
+    first: torch.Tensor
+    """(J, T) int64: first GPU held at t (G where none)."""
+    last: torch.Tensor
+    """(J, T) int64: last GPU held at t (-1 where none)."""
+    count: torch.Tensor
+    """(J, T) int64: GPUs held at t (n_j(t))."""
+    new: torch.Tensor
+    """(J, T) bool: a segment starts at t (held, and not the same GPUs as at t - 1)."""
+    restoring: torch.Tensor
+    """(J, T) bool: held in a segment after the first, within restart_cost of its start."""
+    progress: torch.Tensor
+    """(J, T) bool: held, not restoring, and not yet done before t."""
+    after_done: torch.Tensor
+    """(J, T) bool: held after the job was done."""
+
+    done: torch.Tensor
+    """(J,) bool: progress reached duration inside the horizon."""
+
+    @property
+    def preemptions(self) -> torch.Tensor:
+        """(J,) int64: segments after the first."""
+        return (self.new.sum(1) - 1).clamp(min=0)
+
+
+def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
+    """The segments of every preemptible job in the (G, T) owner grid: where
+    each starts, restores, progresses and is done. Two timesteps are in one
+    segment when the job holds the same GPUs at both (same first GPU and
+    count: a segment whose GPUs are no block breaks rule 2 anyway)."""
+    s, owner = scenario, owner.cpu().long()
+    J, T, G = s.J, s.T, s.G
+    busy = owner >= 0
+    j = owner[busy]
+    t = torch.arange(T).expand(G, T)[busy]
+    g = torch.arange(G)[:, None].expand(G, T)[busy]
+    key = j * T + t
+    first = torch.full((J * T,), G, dtype=torch.long).scatter_reduce(0, key, g, "amin")
+    last = torch.full((J * T,), -1, dtype=torch.long).scatter_reduce(0, key, g, "amax")
+    count = torch.bincount(key, minlength=J * T)
+    first, last, count = first.reshape(J, T), last.reshape(J, T), count.reshape(J, T)
+    pre = s.preemptible[:, None]
+    count = torch.where(pre, count, 0)
+    first, last = torch.where(pre, first, G), torch.where(pre, last, -1)
+    on = count > 0
+    same = torch.zeros_like(on)
+    same[:, 1:] = on[:, 1:] & on[:, :-1] & (first[:, 1:] == first[:, :-1]) \
+        & (count[:, 1:] == count[:, :-1])
+    new = on & ~same
+    index = torch.cumsum(new.long(), 1)  # segment number at t (1 = the first)
+    steps = torch.arange(T).expand(J, T)
+    seg_start = torch.cummax(torch.where(new, steps, -1), 1).values
+    restoring = on & (index > 1) & (steps - seg_start < s.restart_cost[:, None])
+    working = on & ~restoring
+    before = torch.cumsum(working.long(), 1) - working.long()  # progress before t
+    finished = before >= s.duration[:, None]
+    progress = working & ~finished
+    after_done = on & finished
+    done = progress.sum(1) >= s.duration
+    return Segments(first=first, last=last, count=count, new=new, restoring=restoring, progress=progress,
+                    after_done=after_done, done=done & s.preemptible)
+
+
 def empty_owner(scenario: Scenario, device: torch.device | str = "cpu") -> torch.Tensor:
     return torch.full((scenario.G, scenario.T), IDLE, dtype=torch.long, device=device)
 

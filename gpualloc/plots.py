@@ -1,8 +1,9 @@
 """Pictures of plans and results (PNG, matplotlib's Agg canvas).
 
 - gantt: the owner grid of each policy, GPUs down, time across; colour by job
-  kind, darker for higher priority, idle cells light grey, rigid jobs outlined,
-  node boundaries as thin lines and pool boundaries as thick ones;
+  kind, darker for higher priority, idle cells light grey, rigid jobs outlined
+  (a preemptible job: each segment, its restoring steps hatched), node
+  boundaries as thin lines and pool boundaries as thick ones;
 - utilization: useful GPUs over time per policy against the capacity, and the
   real-time replicas served per policy against the elastic demand curve;
 - gains: each policy's gains over FIFO across the scenarios (mean over seeds,
@@ -20,7 +21,8 @@ import numpy as np
 import torch
 
 from gpualloc.files import atomic_write_bytes
-from gpualloc.metrics import held, useful
+from gpualloc.metrics import useful_of
+from gpualloc.plan import segments
 from gpualloc.scenario import KINDS, Scenario, ScenarioError
 
 KIND_COLOURS = {  # matplotlib's tab10, one hue per kind
@@ -86,8 +88,10 @@ def _time_axis(ax, s: Scenario) -> None:
     ax.set_xlabel(f"timestep ({s.step_minutes:g} min)")
 
 
-def _rigid_boxes(s: Scenario, owner: torch.Tensor) -> np.ndarray:
-    """(R, 4) int: first GPU, last GPU, first t, last t of each rigid job that ran."""
+def _rigid_boxes(s: Scenario, owner: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(R, 4) int: first GPU, last GPU, first t, last t of each rigid job that
+    ran (of each segment, for a preemptible one); and (Q, 4) the same for the
+    restoring steps of segments."""
     busy = owner >= 0
     j = owner[busy]  # (cells,)
     g = torch.arange(s.G)[:, None].expand(s.G, s.T)[busy]
@@ -97,8 +101,28 @@ def _rigid_boxes(s: Scenario, owner: torch.Tensor) -> np.ndarray:
         lo = torch.full((s.J,), s.G + s.T).scatter_reduce(0, j, v, "amin")
         hi = torch.full((s.J,), -1).scatter_reduce(0, j, v, "amax")
         out += [lo, hi]
-    ran = s.rigid & (out[1] >= 0)
-    return torch.stack(out, 1)[ran].numpy()
+    ran = s.rigid & ~s.preemptible & (out[1] >= 0)
+    boxes = torch.stack(out, 1)[ran].numpy()
+    if not bool(s.preemptible.any()):
+        return boxes, np.zeros((0, 4), dtype=np.int64)
+    seg, parts, restores = segments(s, owner), [boxes], []
+    for j, t0 in seg.new.nonzero().tolist():
+        t1 = t0
+        while t1 + 1 < s.T and seg.count[j, t1 + 1] > 0 and not seg.new[j, t1 + 1]:
+            t1 += 1
+        g0, g1 = int(seg.first[j, t0]), int(seg.last[j, t0])
+        parts.append(np.array([[g0, g1, t0, t1]]))
+        r = int(seg.restoring[j, t0:t1 + 1].sum())
+        if r:
+            restores.append([g0, g1, t0, t0 + r - 1])
+    return np.concatenate(parts), np.array(restores, dtype=np.int64).reshape(-1, 4)
+
+
+def _verts(boxes: np.ndarray) -> np.ndarray:
+    """(R, 4, 2) corners of cell boxes (first GPU, last GPU, first t, last t)."""
+    g0, g1, t0, t1 = (boxes[:, i] - 0.5 + (i % 2) for i in range(4))
+    return np.stack([np.stack([t0, g0], 1), np.stack([t1, g0], 1),
+                     np.stack([t1, g1], 1), np.stack([t0, g1], 1)], 1)
 
 
 def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
@@ -119,13 +143,14 @@ def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
         owner = owner.cpu().long()
         ax.imshow(colours[owner.numpy()], aspect="auto", interpolation="nearest",
                   extent=(-0.5, s.T - 0.5, s.G - 0.5, -0.5))  # (G, T, 3)
-        boxes = _rigid_boxes(s, owner)
+        boxes, restores = _rigid_boxes(s, owner)
         if len(boxes):
-            g0, g1, t0, t1 = (boxes[:, i] - 0.5 + (i % 2) for i in range(4))
-            verts = np.stack([np.stack([t0, g0], 1), np.stack([t1, g0], 1),
-                              np.stack([t1, g1], 1), np.stack([t0, g1], 1)], 1)  # (R, 4, 2)
-            ax.add_collection(PolyCollection(verts, facecolors="none", edgecolors="#333333",
-                                             linewidths=0.35, zorder=2))
+            ax.add_collection(PolyCollection(_verts(boxes), facecolors="none",
+                                             edgecolors="#333333", linewidths=0.35, zorder=2))
+        if len(restores):
+            ax.add_collection(PolyCollection(_verts(restores), facecolors="none",
+                                             edgecolors="#333333", hatch="////",
+                                             linewidths=0.0, zorder=2))
         for n in nodes[1:]:
             if n not in pool_first:
                 ax.axhline(n - 0.5, color="white", lw=0.6, zorder=3)
@@ -141,7 +166,7 @@ def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
             twin.set_yticklabels([f"{p.name}\n{p.count}x{p.gpus_per_node} {p.gpu_type}"
                                   for p in s.pools], fontsize=8)
         _time_axis(ax, s)
-        m = useful(s, held(s, owner)).sum() / (s.G * s.T)
+        m = useful_of(s, owner).sum() / (s.G * s.T)
         ax.set_title(f"{name}: utilization {100 * float(m):.1f}%, "
                      f"idle {100 * float((owner < 0).float().mean()):.1f}% of cells",
                      loc="left", fontsize=10)
@@ -150,7 +175,8 @@ def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
     handles.append(Patch(facecolor=IDLE_COLOUR, edgecolor="#999999", label="idle"))
     lo, hi = (float(s.priority.min()), float(s.priority.max())) if s.J else (0, 0)
     fig.legend(handles=handles, loc="upper right", ncol=len(handles), fontsize=9, frameon=False,
-               title=f"lighter = lower priority ({lo:g} .. {hi:g}); outlines: rigid jobs; "
+               title=f"lighter = lower priority ({lo:g} .. {hi:g}); outlines: rigid jobs "
+                     f"(segments; hatched: restoring); "
                      f"lines: node and pool boundaries", title_fontsize=8)
     fig.suptitle(title or s.name, x=0.01, ha="left", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / fig.get_figheight()))
@@ -169,7 +195,7 @@ def utilization(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
     top.axhline(s.G, color="black", lw=1, ls="--", label=f"capacity ({s.G} GPUs)")
     bottom.fill_between(t, demand, step="mid", color="#cccccc", label="elastic demand")
     for name, owner in owners.items():
-        u = useful(s, held(s, owner))  # (J, T) useful GPUs
+        u = useful_of(s, owner)  # (J, T) useful GPUs
         total = u.sum(0).numpy()
         top.step(t, total, where="mid", lw=1.3,
                  label=f"{name} (mean {100 * total.mean() / s.G:.1f}%)")
