@@ -44,6 +44,10 @@ class Layout:
     """(J,) float64"""
     rigid: np.ndarray
     """(J,) bool"""
+    preemptible: np.ndarray
+    """(J,) bool: rigid jobs that may run in segments."""
+    restart_cost: np.ndarray
+    """(J,) int64: steps every segment after a job's first restores."""
     demand: np.ndarray
     """(J, T) int64 replicas wanted (zero before arrival)."""
     pool_ok: np.ndarray
@@ -111,7 +115,9 @@ def layout(s: Scenario) -> Layout:
         gpus=s.gpus.numpy().astype(np.int64), duration=s.duration.numpy().astype(np.int64),
         arrival=s.arrival.numpy().astype(np.int64),
         priority=s.priority.numpy().astype(np.float64),
-        rigid=s.rigid.numpy().astype(np.bool_), demand=s.demand.numpy().astype(np.int64),
+        rigid=s.rigid.numpy().astype(np.bool_),
+        preemptible=s.preemptible.numpy().astype(np.bool_),
+        restart_cost=s.restart_cost.numpy().astype(np.int64), demand=s.demand.numpy().astype(np.int64),
         pool_ok=s.pool_compat.numpy().astype(np.bool_),
         job_class=s.job_class.numpy().astype(np.int64), class_ptr=ptr, class_blocks=flat,
         block_pool=gpu_pool[flat] if len(flat) else np.zeros(0, dtype=np.int64),

@@ -2,6 +2,12 @@
 snapshot, and the block queries every policy asks ("the earliest start
 >= t at which job j fits", "every block that fits j at t").
 
+A placement is one segment (PROBLEM.md): a job that is not preemptible has
+one, for its whole run. A preemptible one may be cut (`cut`: preempted at t)
+and placed again; each later segment first restores for `restart_cost`
+steps, and runs only until the job is done. The occupancy keeps that
+account per job: segments closed and the progress they made.
+
 Stored time-major: busy (T, G) bool (fixed cells and placed jobs), the
 owner of each placed cell, and the free-run grid of gpualloc.core.blocks,
 updated on the rows a placement touches.
@@ -24,6 +30,7 @@ class Snapshot:
     run: np.ndarray
     start: np.ndarray
     first: np.ndarray
+    segment: tuple
 
 
 class Occupancy:
@@ -34,7 +41,7 @@ class Occupancy:
         self.lay = lay
         self.T, self.G = lay.T, lay.G
         self.fixed = (np.full((lay.T, lay.G), IDLE, dtype=np.int64) if fixed is None
-                      else np.ascontiguousarray(fixed, dtype=np.int64))
+                      else np.array(fixed, dtype=np.int64, order="C"))  # own copy: cut edits it
         self.busy = self.fixed >= 0  # (T, G) bool
         self.owner = np.full((lay.T, lay.G), IDLE, dtype=np.int64)  # placed jobs only
         self.run = kb.runs_of(self.busy)  # (T + 1, G) int32
@@ -42,11 +49,35 @@ class Occupancy:
         self.first = np.full(lay.J, -1, dtype=np.int64)
         self.held: tuple[int, int, int, int] | None = None
         """The EASY reservation (start, end, first GPU, GPUs), if any."""
+        # Each job's segments before its current one (closed by `cut`) and
+        # the progress they made. (The current segment ends at start +
+        # length: the compiled insertion writes start and first only.)
+        self.closed = np.zeros(lay.J, dtype=np.int64)
+        self.progress = np.zeros(lay.J, dtype=np.int64)
+        self._adopt_fixed()
+
+    def _adopt_fixed(self) -> None:
+        # A preemptible job in the fixed cells (online: it runs now, its
+        # duration the rest of its run there) holds its current segment
+        # there, which `cut` may end.
+        for j in np.unique(self.fixed[self.fixed >= 0]):
+            if self.lay.preemptible[j]:
+                t, g = np.nonzero(self.fixed == j)
+                self.start[j], self.first[j] = t.min(), g.min()
 
     # ---- placements ------------------------------------------------------------------
+    def restoring(self, j: int) -> int:
+        """Steps j's current (or next) segment restores: none in a first one."""
+        return int(self.lay.restart_cost[j]) if self.closed[j] else 0
+
+    def steps(self, j: int) -> int:
+        """Steps j's current (or next) segment needs: its restore, then the
+        progress still missing."""
+        return self.restoring(j) + int(self.lay.duration[j]) - int(self.progress[j])
+
     def length(self, j: int, start: int) -> int:
-        """Steps a rigid job started at `start` runs inside the horizon."""
-        return min(int(self.lay.duration[j]), self.T - start)
+        """Steps j's segment started at `start` runs inside the horizon."""
+        return min(self.steps(j), self.T - start)
 
     def place(self, j: int, start: int, first: int) -> None:
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)
@@ -56,12 +87,36 @@ class Occupancy:
         self.start[j], self.first[j] = start, first
 
     def remove(self, j: int) -> None:
+        """Undo j's current placement."""
         start, first = int(self.start[j]), int(self.first[j])
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)
         self.busy[start:end, first:first + k] = False
         self.owner[start:end, first:first + k] = IDLE
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.start[j] = self.first[j] = -1
+
+    def cut(self, j: int, t: int) -> None:
+        """Preempt j at t: its current segment ends there (its cells from t
+        on are freed, fixed ones too) and keeps the progress made before t.
+        (Snapshots do not cover fixed cells: a cut of fixed cells is not
+        undone by `restore`.)"""
+        start, first = int(self.start[j]), int(self.first[j])
+        k, end = int(self.lay.gpus[j]), start + self.length(j, start)
+        rows, cols = slice(t, end), slice(first, first + k)
+        self.fixed[rows, cols] = np.where(self.fixed[rows, cols] == j, IDLE, self.fixed[rows, cols])
+        self.owner[rows, cols] = IDLE
+        self.busy[rows, cols] = self.fixed[rows, cols] >= 0
+        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self.progress[j] += max(t - start - self.restoring(j), 0)
+        self.closed[j] += 1
+        self.start[j] = self.first[j] = -1
+
+    def running(self, t: int) -> np.ndarray:
+        """Jobs whose current segment holds cells at t (placed or fixed), and
+        that started before t."""
+        return np.array([j for j in np.nonzero((self.start >= 0) & (self.start < t))[0]
+                         if self.start[j] + self.length(j, int(self.start[j])) > t],
+                        dtype=np.int64)
 
     def hold(self, start: int, end: int, first: int, k: int) -> None:
         """EASY reservation: GPUs [first, first + k) over [start, end) are
@@ -82,11 +137,13 @@ class Occupancy:
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),
-                        self.first.copy())
+                        self.first.copy(),
+                        (self.closed.copy(), self.progress.copy()))
 
     def restore(self, snap: Snapshot) -> None:
         self.busy, self.owner, self.run = snap.busy, snap.owner, snap.run
         self.start, self.first = snap.start, snap.first
+        self.closed, self.progress = (a.copy() for a in snap.segment)
 
     # ---- block queries -------------------------------------------------------------------
     def free_at(self, j: int, t: int, length: int | None = None) -> np.ndarray:
@@ -106,7 +163,7 @@ class Occupancy:
         out = np.zeros(len(b), dtype=np.bool_)
         guarded = short is not None
         t = kb.earliest(self.run, b, lay.job_block_pool(j), int(lay.gpus[j]),
-                        int(lay.duration[j]), after, self.T,
+                        self.steps(j), after, self.T,
                         short if guarded else _NO_SHORT, guarded, out)
         return (t, out) if t < self.T else (self.T, None)
 

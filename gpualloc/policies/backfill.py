@@ -52,8 +52,8 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
                 free &= replica[b + k] == replica[b]
             if free.any():
                 g = int(b[np.nonzero(free)[0][0]])
-                occ.place(j, t, g)
                 owner[t:t + occ.length(j, t), g:g + k] = j
+                occ.place(j, t, g)
                 queue.remove(j)
             elif not reserved:
                 reserved = True
