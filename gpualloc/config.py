@@ -31,6 +31,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from gpualloc.scenario import RIGID_KINDS
+
 # ---- what settings allow ----------------------------------------------------------
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -98,6 +100,10 @@ class _Rules:
         path = f"{self.at}.{name}" if self.at else name
         value = getattr(self.obj, name) if value is None else value
         raise SettingError(f"{path}={_show(value)}: {rule}" if show else f"{path}: {rule}")
+
+    def flag(self, name: str) -> None:
+        if not isinstance(getattr(self.obj, name), bool):
+            self.fail(name, "must be true or false")
 
     def one_of(self, name: str, options: tuple[str, ...]) -> None:
         if getattr(self.obj, name) not in options:
@@ -217,6 +223,12 @@ class RigidWorkloadConfig:
     min_memory_gb: list[float] = field(default_factory=lambda: [0.0])
     """Memory needs to draw from."""
     min_memory_weights: list[float] = field(default_factory=list)
+    preemptible: bool = False
+    """Every job of this kind may run in segments (PROBLEM.md's preemptible
+    rigid jobs); false: each runs once, unbroken."""
+    restart_cost: int = 0
+    """Timesteps every segment after a preemptible job's first spends
+    restoring (PROBLEM.md); only with preemptible: true."""
 
     def validate(self, at: str, gpu_types: set[str] | None = None) -> None:
         """`at`: its place, e.g. scenario.training; `gpu_types`: the pools' types
@@ -237,6 +249,11 @@ class RigidWorkloadConfig:
         r.weights("gpu_types_weights", "gpu_types")
         r.numbers("min_memory_gb", "[0, inf)")
         r.weights("min_memory_weights", "min_memory_gb")
+        r.flag("preemptible")
+        r.number("restart_cost", "[0, inf)", integer=True)
+        if self.restart_cost and not self.preemptible:
+            r.fail("restart_cost", f"needs {at}.preemptible=true (a restart cost is paid only "
+                                   f"by preemptible jobs)")
 
 
 @dataclass
@@ -620,6 +637,14 @@ class RunConfig:
     """Set min_served (the guaranteed share of demand, rule 4 of PROBLEM.md)
     for every real-time service of the scenario, over what its file or
     generator says; null: as they say."""
+    preemptible: Optional[list[str]] = None
+    """The rigid kinds whose jobs are preemptible (PROBLEM.md), over what the
+    scenario's file or generator says: exactly the jobs of these kinds, no
+    other rigid job ([]: none); null: as they say."""
+    restart_cost: Optional[int] = None
+    """restart_cost (timesteps a preemptible job restores after each
+    preemption) of every preemptible job, over the scenario's values; null:
+    each keeps its own (0 for a job made preemptible by `preemptible`)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -632,6 +657,12 @@ class RunConfig:
         r.number("seed", f"[0, {SEED_MAX}]", integer=True)
         r.one_of("mode", MODES)
         r.number("min_served", "[0, 1]", null=True)
+        if self.preemptible is not None and not (
+                isinstance(self.preemptible, (list, tuple))
+                and all(k in RIGID_KINDS for k in self.preemptible)):
+            r.fail("preemptible", f"must be a list of rigid kinds ({', '.join(RIGID_KINDS)}), "
+                                  f"[] or null")
+        r.number("restart_cost", "[0, inf)", integer=True, null=True)
         if hasattr(self.scenario, "validate"):
             self.scenario.validate()
         for part in (self.fifo, self.solver, self.greedy, self.exact, self.online):

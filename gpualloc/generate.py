@@ -47,7 +47,8 @@ def _rigid_jobs(rng, kind: str, w: RigidWorkloadConfig, horizon: int, step_minut
             gpus=int(_choice(rng, w.gpus, w.gpus_weights)),
             duration=max(1, int(round(hours / hours_per_step))),
             gpu_types=list(types) or None,
-            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights))))
+            min_memory_gb=float(_choice(rng, w.min_memory_gb, w.min_memory_weights)),
+            preemptible=bool(w.preemptible), restart_cost=int(w.restart_cost)))
     return jobs
 
 

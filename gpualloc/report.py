@@ -52,6 +52,8 @@ def format_run_table(result: dict) -> str:
                      _fmt(m["realtime_slo"], ".3f"), str(m["jobs_completed"]),
                      _fmt(m["mean_wait"], ".1f"), _fmt(g["utilization_points"], "+.1f"),
                      _fmt(g["weighted_throughput_pct"], "+.1f"), _fmt(m["wall_s"], ".2f")])
+    if result.get("preemptible"):
+        head += f", preemptible {result['preemptible']} (restart_cost {result['restart_cost']})"
     guaranteed = result.get("min_served")
     if guaranteed:
         head += f", min_served {guaranteed}"

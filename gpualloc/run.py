@@ -96,6 +96,25 @@ def with_min_served(s: Scenario, share: float) -> Scenario:
     return scenario_io.from_dict(doc)
 
 
+def with_preemption(s: Scenario, kinds: list[str] | None, restart_cost: int | None) -> Scenario:
+    """The scenario under the run options `preemptible=[KIND, ...]` and
+    `restart_cost=N`, over the file's or generator's values. `kinds`: exactly
+    the rigid jobs of these kinds are preemptible, no other (None: as the
+    scenario says); `restart_cost`: that of every preemptible job (None:
+    each keeps its own, 0 for a job `kinds` made preemptible)."""
+    doc = s.to_dict()
+    for job in doc["jobs"]:
+        if job["kind"] not in scenario_io.RIGID_KINDS:
+            continue
+        if kinds is not None:
+            job["preemptible"] = job["kind"] in kinds
+            if not job["preemptible"]:
+                job.pop("restart_cost", None)
+        if restart_cost is not None and job.get("preemptible"):
+            job["restart_cost"] = restart_cost
+    return scenario_io.from_dict(doc)
+
+
 def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     """Run every chosen policy on the scenario; returns what metrics.json holds."""
     cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
@@ -110,6 +129,8 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     s = build_scenario(cfg.scenario, cfg.seed)
     if cfg.min_served is not None:
         s = with_min_served(s, cfg.min_served)
+    if cfg.preemptible is not None or cfg.restart_cost is not None:
+        s = with_preemption(s, cfg.preemptible, cfg.restart_cost)
     check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     check_guarantee(s)  # rule 4 possible at all, before any planning
     if out_dir is not None:
@@ -120,6 +141,12 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     shares = sorted({j.min_served for j in s.jobs if not j.rigid and j.min_served > 0})
     if shares:  # rule 4 is in force: which guarantees
         result["min_served"] = ", ".join(f"{v:g}" for v in shares)
+    preemptible = [j for j in s.jobs if j.rigid and j.preemptible]
+    if preemptible:  # which kinds may run in segments, and what a restart costs
+        result["preemptible"] = ", ".join(k for k in scenario_io.RIGID_KINDS
+                                          if any(j.kind == k for j in preemptible))
+        result["restart_cost"] = ", ".join(str(v) for v in
+                                           sorted({j.restart_cost for j in preemptible}))
     if cfg.mode != "offline":
         result["mode"] = cfg.mode
         result["online"] = dataclasses.asdict(cfg.online)

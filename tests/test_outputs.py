@@ -1,5 +1,7 @@
 """Outputs survive interruptions (atomic writes), and plans are repeatable:
-the same scenario, seed and device give the same plan, bit for bit."""
+the same scenario, seed and device give the same plan, bit for bit. The
+preemption run options (preemptible, restart_cost) reach the written
+scenario and metrics."""
 from __future__ import annotations
 
 import json
@@ -9,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,10 @@ from gpualloc import files
 from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
 from gpualloc.policies import POLICIES
-from gpualloc.run import run
+from gpualloc.report import format_run_table
+from gpualloc.run import run, with_preemption
+from gpualloc.scenario import from_dict
+from gpualloc.scenario import load as load_scenario
 from test_run import composed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,3 +200,89 @@ def test_run_twice_in_process_same_outputs(tmp_path):
     run(cfg, tmp_path / "b")
     for name in ["scenario.json"] + [f"plan_{p}.json" for p in cfg.policies]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+# ---- preemption run options ---------------------------------------------------------------------
+
+def _kinds_doc():
+    """The shipped example with its training jobs preemptible (restart_cost 3
+    on the first) and one quantization job more."""
+    with resources.as_file(resources.files("gpualloc.examples") / "tiny.yaml") as path:
+        doc = load_scenario(path).to_dict()
+    doc["jobs"][0].update(preemptible=True, restart_cost=3)
+    doc["jobs"][1].update(preemptible=True)
+    doc["jobs"].append({"id": "quant-1", "kind": "quantization", "priority": 1, "arrival": 5,
+                        "gpus": 2, "duration": 2, "preemptible": True, "restart_cost": 1})
+    return doc
+
+
+def _preemption(s):
+    return {j.id: (j.preemptible, j.restart_cost) for j in s.jobs}
+
+
+def test_with_preemption_sets_exactly_the_kinds():
+    s = from_dict(_kinds_doc())
+    assert _preemption(s) == {"train-0": (True, 3), "train-1": (True, 0), "batch-0": (False, 0),
+                              "quant-0": (False, 0), "chat": (False, 0), "quant-1": (True, 1)}
+    assert with_preemption(s, None, None).to_dict() == s.to_dict()
+    # A list: exactly its kinds, their own restart costs kept (0 for jobs it makes preemptible).
+    assert _preemption(with_preemption(s, ["batch_inference", "quantization"], None)) == {
+        "train-0": (False, 0), "train-1": (False, 0), "batch-0": (True, 0),
+        "quant-0": (True, 0), "chat": (False, 0), "quant-1": (True, 1)}
+    # A restart cost alone: every preemptible job gets it, nothing else changes.
+    assert _preemption(with_preemption(s, None, 5)) == {
+        "train-0": (True, 5), "train-1": (True, 5), "batch-0": (False, 0),
+        "quant-0": (False, 0), "chat": (False, 0), "quant-1": (True, 5)}
+    assert _preemption(with_preemption(s, ["training"], 0)) == {
+        "train-0": (True, 0), "train-1": (True, 0), "batch-0": (False, 0),
+        "quant-0": (False, 0), "chat": (False, 0), "quant-1": (False, 0)}
+    # [] makes no job preemptible; a restart cost beside it is fine.
+    none = with_preemption(s, [], 4)
+    assert not any(p for p, _ in _preemption(none).values())
+    assert _preemption(s)["train-0"] == (True, 3)  # the input is left alone
+
+
+def test_run_writes_the_preemption_it_planned(tmp_path):
+    cfg = composed("+scenario=file", "policies=[fifo]", "preemptible=[training,batch_inference]",
+                   "restart_cost=2")
+    result = run(cfg, tmp_path)
+    written = load_scenario(tmp_path / "scenario.json")
+    assert {j.kind: (j.preemptible, j.restart_cost) for j in written.jobs} == {
+        "training": (True, 2), "batch_inference": (True, 2), "quantization": (False, 0),
+        "realtime_inference": (False, 0)}
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert (on_disk["preemptible"], on_disk["restart_cost"]) == ("training, batch_inference", "2")
+    assert result["preemptible"] == on_disk["preemptible"]
+    assert "preemptible training, batch_inference (restart_cost 2)" in format_run_table(result)
+    # Distinct restart costs are all recorded (the file's, kept under restart_cost=null).
+    f = tmp_path / "kinds.json"
+    f.write_text(json.dumps(_kinds_doc()))
+    result = run(composed("+scenario=file", f"scenario.path={f}", "policies=[fifo]"),
+                 tmp_path / "file")
+    assert (result["preemptible"], result["restart_cost"]) == ("training, quantization",
+                                                               "0, 1, 3")
+    # No preemptible job: nothing recorded, whatever restart_cost says.
+    for overrides in ([], ["preemptible=[]", "restart_cost=1"]):
+        result = run(composed("+scenario=file", "policies=[fifo]", *overrides), tmp_path / "x")
+        assert "preemptible" not in result and "restart_cost" not in result
+        written = load_scenario(tmp_path / "x" / "scenario.json")
+        assert not any(j.preemptible for j in written.jobs)
+
+
+def test_preemptible_option_on_a_generated_scenario(tmp_path):
+    # The documented command: a Hydra list override on the structured config.
+    cfg = composed("+scenario=training_heavy", "preemptible=[training]", "restart_cost=1",
+                   "policies=[fifo]")
+    assert cfg.preemptible == ["training"] and cfg.restart_cost == 1
+    result = run(cfg, tmp_path)
+    s = load_scenario(tmp_path / "scenario.json")
+    assert all(j.preemptible == (j.kind == "training") for j in s.jobs)
+    assert all(j.restart_cost == (1 if j.kind == "training" else 0) for j in s.jobs)
+    assert (result["preemptible"], result["restart_cost"]) == ("training", "1")
+    # The generator's own settings, and the run option over them.
+    cfg = composed("+scenario=training_heavy", "scenario.quantization.preemptible=true",
+                   "scenario.quantization.restart_cost=3", "policies=[fifo]")
+    s = generate(cfg.scenario, cfg.seed)
+    assert {(j.kind, j.restart_cost) for j in s.jobs if j.preemptible} == {("quantization", 3)}
+    cfg.preemptible = []
+    assert "preemptible" not in run(cfg, tmp_path / "none")

@@ -185,6 +185,18 @@ def test_settings_are_never_averaged_together():
     assert setting(["seed=1", "+scenario=x", "policies=[fifo]", "plot=true", "a.b=2"]) == "a.b=2"
 
 
+def test_preemption_options_are_settings():
+    # Like min_served=F: runs that differ in them are never averaged together.
+    runs = [fake(0, 0.6, 10.0, overrides=["preemptible=[training]", "restart_cost=1"]),
+            fake(0, 0.7, 20.0, overrides=["preemptible=[training]", "restart_cost=2"]),
+            fake(0, 0.8, 30.0, overrides=["preemptible=[]", "min_served=1.0"])]
+    rows = {r["setting"]: r for r in aggregate(runs) if r["policy"] == "alt"}
+    assert {s: r["util_pct_mean"] for s, r in rows.items()} == pytest.approx({
+        "preemptible=[training] restart_cost=1": 60.0,
+        "preemptible=[training] restart_cost=2": 70.0,
+        "preemptible=[] min_served=1.0": 80.0})
+
+
 def test_headline_over_scenarios():
     runs = [fake(0, 0.6, 10.0, scenario="a"), fake(1, 0.7, 20.0, scenario="a"),
             fake(0, 0.4, -5.0, scenario="b")]

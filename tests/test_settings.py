@@ -78,6 +78,10 @@ BAD = [
     # the run
     ("seed=-1", "must be an integer in [0, 2147483647]"),
     ("seed=2147483648", "must be an integer in [0, 2147483647]"),
+    ("preemptible=[serving]", "must be a list of rigid kinds (training, batch_inference, "
+                              "quantization), [] or null"),
+    ("preemptible=[training,realtime_inference]", "must be a list of rigid kinds"),
+    ("restart_cost=-1", "must be an integer >= 0 or null"),
 ]
 
 # The generator's settings, on the mixed scenario (nothing is generated).
@@ -112,6 +116,8 @@ BAD_SCENARIO = [
     (f"{Q}.burst_hours=-1", "must be >= 0"),
     (f"{Q}.gpu_types=[[B200]]", "names B200, which no pool has (pools have H100)"),
     (f"{Q}.gpu_types_weights=[1]", "must be empty (uniform) or 0 weights >= 0"),
+    (f"{Q}.restart_cost=-1", "must be an integer >= 0"),
+    (f"{T}.restart_cost=2", "needs scenario.training.preemptible=true"),
     (f"{R}.services=-1", "must be an integer >= 0"),
     (f"{R}.gpus=[0]", "must be a non-empty list of integers >= 1"),
     (f"{R}.peak_replicas=[8,4]", "must be two integers [a, b] with 0 <= a <= b"),
@@ -140,15 +146,18 @@ EDGES = {
             "greedy.repack_jobs=0", "greedy.repack_blocks=1", "exact.time_limit_s=1e-9",
             "exact.workers=0", "exact.max_variables=1", "exact.lp_max_nonzeros=0",
             "exact.lp_time_limit_s=1e-9", "fifo.reserve=0", "online.replan_every=1",
-            "online.ewma_alpha=1e-9", "online.period_steps=1", "online.headroom=1e-9", "seed=0"],
+            "online.ewma_alpha=1e-9", "online.period_steps=1", "online.headroom=1e-9", "seed=0",
+            "preemptible=[]", "restart_cost=0"],
     "high": ["solver.rounding=priority", "solver.grid=dense", "solver.dtype=bfloat16",
              "mode=online", "online.forecast=last_day", "device=cpu",
              "solver.damping=1", "solver.time_discount=0.999", "solver.time_limit_s=inf",
              "exact.time_limit_s=inf", "exact.lp_time_limit_s=inf", "online.ewma_alpha=1",
-             "seed=2147483647"],
+             "seed=2147483647", "preemptible=[training,batch_inference,quantization]",
+             "restart_cost=1000"],
     "null": ["solver.rounding=best", "solver.grid=packed", "solver.dtype=float16",
              "online.forecast=ewma", "solver.time_limit_s=null", "solver.memory_budget_gb=null",
-             "fifo.reserve=null", "online.period_steps=null"],
+             "fifo.reserve=null", "online.period_steps=null", "preemptible=null",
+             "restart_cost=null"],
     "scenario low": [
         "+scenario=mixed", "scenario.horizon=1", "scenario.step_minutes=1",
         "scenario.pools.0.count=1", "scenario.pools.0.gpus_per_node=1",
@@ -159,10 +168,12 @@ EDGES = {
         f"{Q}.gpu_types_weights=[0,1]", f"{R}.services=0", f"{R}.peak_replicas=[0,0]",
         f"{R}.peak_to_trough=[1,1]", f"{R}.peak_hour=[0,0]", f"{R}.noise=0",
         f"{R}.spikes_per_day=0", f"{R}.spike_factor=[0,0]", f"{R}.spike_hours=[0,0]",
-        f"{R}.priority=[1,1]", f"{R}.arrival_window=[0,0]"],
+        f"{R}.priority=[1,1]", f"{R}.arrival_window=[0,0]", f"{T}.preemptible=false",
+        f"{T}.restart_cost=0", f"{B}.preemptible=true", f"{B}.restart_cost=0"],
     "scenario high": [
         "+scenario=mixed", f"{T}.gpus_weights=[]", f"{B}.arrival_window=[1,1]",
-        f"{R}.peak_hour=[24,24]", f"{R}.arrival_window=[1,1]"],
+        f"{R}.peak_hour=[24,24]", f"{R}.arrival_window=[1,1]", f"{Q}.preemptible=true",
+        f"{Q}.restart_cost=1000"],
 }
 
 
@@ -233,6 +244,41 @@ def test_direct_construction_is_checked_too():
     cfg.solver.grid = "sparse"
     with pytest.raises(SettingError, match=r"^solver\.grid=sparse"):
         run(cfg)
+    g = GeneratedScenarioConfig(name="x")
+    g.quantization.restart_cost = 3
+    with pytest.raises(SettingError, match=r"^scenario\.quantization\.restart_cost=3: needs "
+                                           r"scenario\.quantization\.preemptible=true"):
+        generate(g, 0)
+    with pytest.raises(SettingError, match=r"^preemptible=\[serving\]: must be a list of rigid"):
+        RunConfig(preemptible=["serving"])
+    with pytest.raises(SettingError, match=r"^preemptible=training: must be a list of rigid"):
+        RunConfig(preemptible="training")
+    with pytest.raises(SettingError, match=r"^restart_cost=-2: must be an integer >= 0 or null"):
+        RunConfig(restart_cost=-2)
+
+
+def test_generator_preemptible_kinds_change_no_draw():
+    # preemptible and restart_cost go into every job of their kind and into no
+    # other; they draw nothing, so the jobs are otherwise the very same (and
+    # the defaults write neither field: generated files stay byte-identical).
+    plain = GeneratedScenarioConfig(name="x")
+    plain.training.count, plain.quantization.count = 6, 4
+    plain.realtime_inference.services = 1
+    pre = GeneratedScenarioConfig(name="x")
+    pre.training.count, pre.quantization.count = 6, 4
+    pre.realtime_inference.services = 1
+    pre.training.preemptible, pre.training.restart_cost = True, 2
+    pre.quantization.preemptible = True
+    a, b = generate(plain, 3), generate(pre, 3)
+    assert not any("preemptible" in j or "restart_cost" in j for j in a.to_dict()["jobs"])
+    assert {(j.kind, j.preemptible, j.restart_cost) for j in b.jobs} == {
+        ("training", True, 2), ("quantization", True, 0), ("realtime_inference", False, 0)}
+    assert b.preemptible.tolist() == [j.kind != "realtime_inference" for j in b.jobs]
+    stripped = b.to_dict()
+    for j in stripped["jobs"]:
+        j.pop("preemptible", None)
+        j.pop("restart_cost", None)
+    assert stripped == a.to_dict()
 
 
 # ---- the command --------------------------------------------------------------------------
@@ -243,6 +289,8 @@ CLI = [  # (overrides, the one line on stderr)
     (["+scenario=mixed", "scenario.realtime_inference.priority=[10,7]"],
      "scenario.realtime_inference.priority=[10, 7]: must be two integers [a, b] with "
      "1 <= a <= b"),
+    (["preemptible=[serving]"], "preemptible=[serving]: must be a list of rigid kinds "
+     "(training, batch_inference, quantization), [] or null"),
 ]
 
 

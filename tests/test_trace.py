@@ -302,6 +302,54 @@ def test_csv_cli(tmp_path, capsys):
     assert r.returncode == 2 and "--pool 'x:1:8'" in r.stderr
 
 
+def test_csv_preemptible_kinds(tmp_path, capsys):
+    # --preemptible/--restart-cost post-process the written scenario, like --min-served.
+    def cli(*extra):
+        code = main(["csv", str(path), "--kind-col", "k", "--time-unit", "h", "--gpus", "16",
+                     "--realtime-services", "1", "--length", "12h", "-o", str(out), *extra])
+        out_, err = capsys.readouterr()
+        return subprocess.CompletedProcess(extra, code, out_, err)
+
+    path = write(tmp_path, "job_id,submit_time,duration,num_gpus,k\n0,0,2,4,training\n"
+                           "1,1,1,8,batch_inference\n2,3,5,1,quantization\n3,4,2,2,training\n")
+    out = tmp_path / "s.json"
+    r = cli("--preemptible", "training", "quantization", "--restart-cost", "2",
+            "--min-served", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert "preemptible: 3 jobs (training, quantization), restart_cost 2" in r.stdout
+    s = load(out)
+    assert {j.id: (j.preemptible, j.restart_cost) for j in s.jobs} == {
+        "0": (True, 2), "1": (False, 0), "2": (True, 2), "3": (True, 2),
+        "rt-synthetic-0": (False, 0)}
+    assert [j.min_served for j in s.jobs if not j.rigid] == [0.5]
+    r = cli("--preemptible", "batch_inference")  # restart cost 0 unless given
+    assert r.returncode == 0, r.stderr
+    assert [(j.id, j.restart_cost) for j in load(out).jobs if j.preemptible] == [("1", 0)]
+    r = cli()  # neither: no job preemptible, no field written
+    assert r.returncode == 0 and "preemptible:" not in r.stdout
+    assert not any("preemptible" in j for j in json.loads(out.read_text())["jobs"])
+    # Errors: exit 2, one line naming the option, no file.
+    out.unlink()
+    r = cli("--restart-cost", "3")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("error: --restart-cost 3: only with --preemptible KIND "
+                                "(a restart cost is paid by preemptible jobs only)")
+    assert not out.exists()
+    for extra, message in [(["--preemptible", "serving"], "invalid choice: 'serving'"),
+                           (["--preemptible", "realtime_inference"],
+                            "invalid choice: 'realtime_inference'"),
+                           (["--preemptible"], "expected at least one argument"),
+                           (["--preemptible", "training", "--restart-cost", "-1"],
+                            "'-1': must be an integer >= 0"),
+                           (["--preemptible", "training", "--restart-cost", "1.5"],
+                            "'1.5': must be an integer >= 0")]:
+        with pytest.raises(SystemExit) as e:
+            cli(*extra)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and "Traceback" not in err, (extra, err)
+        assert not out.exists()
+
+
 def test_run_alibaba_scenario(tmp_path):
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf

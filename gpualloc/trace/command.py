@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpualloc.scenario import KINDS, Job, Pool, Scenario, ScenarioError, from_dict
+from gpualloc.scenario import (KINDS, RIGID_KINDS, Job, Pool, Scenario, ScenarioError,
+                               from_dict)
 from gpualloc.trace.convert import Import, Window, _plain, convert, parse_pool, trace_pools
 from gpualloc.trace.readers import CsvColumns, TraceError, read_alibaba, read_csv, read_nodes
 
@@ -180,6 +181,28 @@ def _guarantee(result: Import, share: float) -> Import:
                   services=result.services)
 
 
+def _restart_cost(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{v!r}: must be an integer >= 0 (timesteps)")
+    return n
+
+
+def _preempt(result: Import, kinds: list[str], restart_cost: int | None) -> Import:
+    """Every rigid job of `kinds` preemptible (PROBLEM.md), restoring for
+    `restart_cost` timesteps after each preemption (None: 0)."""
+    doc = result.scenario.to_dict()
+    for job in doc["jobs"]:
+        if job["kind"] in kinds:
+            job["preemptible"] = True
+            job["restart_cost"] = restart_cost or 0
+    return Import(scenario=from_dict(doc), rows=result.rows, counts=result.counts,
+                  services=result.services)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpualloc.trace",
                                 description="Turn a workload trace into a gpualloc scenario file "
@@ -196,6 +219,12 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--min-served", type=_min_served, metavar="F",
                        help="guarantee every real-time service this share of its demand at "
                             "every step (rule 4 of PROBLEM.md; default: no guarantee)")
+        q.add_argument("--preemptible", nargs="+", choices=RIGID_KINDS, metavar="KIND",
+                       help="make every job of these rigid kinds preemptible (PROBLEM.md; "
+                            f"{', '.join(RIGID_KINDS)}; default: none)")
+        q.add_argument("--restart-cost", type=_restart_cost, metavar="N",
+                       help="timesteps a preemptible job restores after each preemption "
+                            "(default 0; only with --preemptible)")
         q.add_argument("--pool", action="append", metavar="NAME:COUNT:GPN:TYPE:GB",
                        help="a node pool of the cluster (repeat for several)")
 
@@ -248,9 +277,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.restart_cost is not None and not args.preemptible:
+            raise TraceError(f"--restart-cost {args.restart_cost}: only with --preemptible "
+                             f"KIND (a restart cost is paid by preemptible jobs only)")
         result = alibaba_command(args) if args.source == "alibaba" else csv_command(args)
         if args.min_served is not None:
             result = _guarantee(result, args.min_served)
+        if args.preemptible:
+            result = _preempt(result, args.preemptible, args.restart_cost)
         out = Path(args.out)
         if out.suffix not in (".json", ".yaml", ".yml"):
             raise TraceError(f"--out {args.out}: must end in .json, .yaml or .yml")
@@ -262,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {getattr(e, 'filename', '') or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(result.report())
+    if args.preemptible:
+        n = sum(j.preemptible for j in result.scenario.jobs)
+        print(f"preemptible: {n} jobs ({', '.join(dict.fromkeys(args.preemptible))}), "
+              f"restart_cost {args.restart_cost or 0}")
     print(f"wrote {out}")
     return 0
 
