@@ -420,6 +420,11 @@ class SolverConfig:
     start_from_greedy: bool = True
     """greedy's plan competes with the repaired ones as the search's start,
     and is returned when the search ends below it: never below greedy."""
+    preempt: bool = True
+    """Scenarios with preemptible jobs: run their remaining work in the idle
+    blocks of the plan (segments, after restore costs), and weigh greedy's
+    plan with priority preemption, likewise filled; keep the best. Never
+    below the plan without preemption."""
     discount: float = 0.0
     """Per-step discount of the objective the repair and the search maximize:
     a GPU-step at t is worth (1 - discount)^t of one at 0. 0: the exact
@@ -515,6 +520,11 @@ class GreedyConfig:
     demand-aware rules above pay on most workloads and lose on some (a
     displacement priced against the wrong alternative), and greedy is never
     below the plain floor."""
+    preempt: bool = True
+    """Priority preemption, as Kueue and KAI do it: a waiting job that cannot
+    start may evict running preemptible jobs of strictly lower priority when
+    that lets it start now; they requeue and restore when they resume. Only
+    scenarios with preemptible jobs (PROBLEM.md) are affected."""
 
     def __post_init__(self) -> None:
         self.validate()

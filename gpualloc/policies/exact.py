@@ -61,6 +61,18 @@ class Model:
         return int((self.k * (self.t1 - self.t0)).sum())
 
 
+def refuse_preemptible(s: Scenario) -> None:
+    """exact models each rigid job as one run: with preemptible jobs its
+    optimum and bound would not be the problem's. Refuse, naming a job."""
+    if bool(s.preemptible.any()):
+        j = int(s.preemptible.nonzero()[0])
+        n = int(s.preemptible.sum())
+        raise ScenarioError(
+            f"exact: job {s.jobs[j].id!r} is preemptible ({n} jobs are); the CP-SAT model "
+            f"runs every rigid job in one piece, so its optimum and bound would not hold "
+            f"with segments. Run exact without preemption (preemptible=[])")
+
+
 def _fixed(s: Scenario) -> torch.Tensor:
     if s.fixed is None:
         return torch.full((s.G, s.T), IDLE, dtype=torch.long)
@@ -151,6 +163,7 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
     from ortools.sat.python import cp_model
 
     cfg = cfg or ExactConfig()
+    refuse_preemptible(s)
     start = time.perf_counter()
     # Data.
     size = model_size(s)

@@ -17,6 +17,13 @@ At each timestep t:
   jobs could fill the free GPUs anyway, only a job with no demand-safe start
   at all displaces. Without displacement, a job as large as the cluster never
   runs beside a service that always wants a replica.
+- Preemption (GreedyConfig.preempt, scenarios with preemptible jobs): a job
+  that cannot start may evict running preemptible jobs of strictly lower
+  priority when that frees a block for it now (Kueue and KAI's priority
+  preemption); the victims cost the least priority x GPUs among such blocks.
+  A victim must have more than its restart cost still to run (else waiting
+  for it is cheaper than restoring it). Evicted jobs requeue; their next
+  segment restores first (gpualloc.core.occupancy).
 - EASY backfilling: the first job that cannot start reserves the earliest
   (time, block) at which it could; later jobs start only if they do not
   overlap that reservation (which the footprint also avoids).
@@ -198,6 +205,9 @@ class _Greedy:
             need = np.maximum(need - replicas_held(s, fixed), 0)
         self.need = need  # (J, T)
         order = priority_order(s)
+        self.rank = {j: i for i, j in enumerate(order)}
+        self.preempt = cfg.preempt and bool(lay.preemptible.any())
+        self.preemptions = 0
         ok = ~lay.unplaceable
         self.elastic = [j for j in order if not lay.rigid[j] and ok[j] and need[j].any()]
         self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
@@ -271,7 +281,7 @@ class _Greedy:
         return out
 
     def length(self, j: int, t: int) -> int:
-        return min(int(self.lay.duration[j]), self.lay.T - t)
+        return self.hard.length(j, t)
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
@@ -282,8 +292,9 @@ class _Greedy:
         self._changed(t, end, g, k)
 
     def value(self, j: int, t: int) -> float:
-        """Weighted throughput of rigid job j started at t (cut by the horizon)."""
-        return float(self.weight[j]) * self.length(j, t)
+        """Weighted throughput of rigid job j started at t (cut by the horizon;
+        after its restore, for a resumed one)."""
+        return float(self.weight[j]) * max(self.length(j, t) - self.hard.restoring(j), 0)
 
     def losses(self, j: int, t: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over j's run if
@@ -309,7 +320,7 @@ class _Greedy:
             return None
         b = lay.blocks(j)
         out = np.zeros(len(b), dtype=np.bool_)
-        t0 = kb.earliest(run, b, lay.job_block_pool(j), int(lay.gpus[j]), int(lay.duration[j]),
+        t0 = kb.earliest(run, b, lay.job_block_pool(j), int(lay.gpus[j]), self.hard.steps(j),
                          t + 1, lay.T, _NO_SHORT, False, out)
         return None if t0 >= lay.T else (t0, out)
 
@@ -408,6 +419,49 @@ class _Greedy:
         g = int(cand[np.argmin(self.fit_key(j, cand, ~self.avoid[tr], want_cs))])
         return self._hold(j, g, tr)
 
+    def preempt_for(self, j: int, t: int) -> bool:
+        """Start j at t on a block freed by evicting running preemptible jobs
+        of lower priority (the cheapest victims); False if there is none."""
+        lay, hard = self.lay, self.hard
+        victims = [r for r in self.running_now if lay.priority[r] < lay.priority[j]
+                   and int(hard.start[r]) + self.length(r, int(hard.start[r])) - t
+                   > int(lay.restart_cost[r])]
+        if not victims:
+            return False
+        self.refresh(t)
+        k, L = int(lay.gpus[j]), self.length(j, t)
+        at = np.full((L, lay.G), -1, dtype=np.int64)  # the victim holding each cell
+        for r in victims:
+            start, first = int(hard.start[r]), int(hard.first[r])
+            end = min(start + self.length(r, start), t + L)
+            at[:end - t, first:first + int(lay.gpus[r])] = r
+        usable = (~self.avoid[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
+        cs = np.zeros(lay.G + 1, dtype=np.int64)
+        np.cumsum(usable, out=cs[1:])
+        blocks = lay.blocks(j)
+        best, best_cost, best_victims = -1, 0.0, ()
+        for g in blocks[cs[blocks + k] - cs[blocks] == k].tolist():
+            mine = {int(r) for r in np.unique(at[:, g:g + k]) if r >= 0}
+            cost = sum(float(self.weight[r]) for r in mine)
+            if mine and (best < 0 or cost < best_cost):
+                best, best_cost, best_victims = g, cost, tuple(sorted(mine))
+        restore = sum(float(self.weight[r]) * int(lay.restart_cost[r]) for r in best_victims)
+        if best < 0 or self.value(j, t) <= restore:
+            return False
+        for r in best_victims:
+            start, first = int(hard.start[r]), int(hard.first[r])
+            end, kr = start + self.length(r, start), int(lay.gpus[r])
+            hard.cut(r, t)
+            self.owner[t:end, first:first + kr] = -1
+            self.touch(t, end)
+            self._changed(t, end, first, kr)
+            self.queue.append(r)
+            self.running_now.remove(r)
+            self.preemptions += 1
+        self.queue.sort(key=self.rank.__getitem__)
+        self.start(j, best, t)
+        return True
+
     def _hold(self, j: int, g: int, tr: int) -> bool:
         k, end = int(self.lay.gpus[j]), tr + self.length(j, tr)
         self.hard.hold(tr, end, g, k)
@@ -441,12 +495,17 @@ class _Greedy:
                                      self.length(j, t)) for j in waiting}
         reserved = not self.cfg.reservation
         repacks_before = self.repack_checks
+        if self.preempt:  # victims: preemptible jobs that started before t and run at t
+            self.running_now = [r for r in self.hard.running(t).tolist()
+                                if lay.preemptible[r]]
         started = set()
         for j in waiting:
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
                     and self.repack_checks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
+            if not ok and self.preempt:
+                ok = self.preempt_for(j, t)
             if ok:
                 started.add(j)
             elif not reserved:
@@ -496,7 +555,10 @@ class _Greedy:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
         owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
-        return Plan(owner=owner, info={"repack_checks": self.repack_checks})
+        info = {"repack_checks": self.repack_checks}
+        if self.preempt:
+            info["evictions"] = self.preemptions
+        return Plan(owner=owner, info=info)
 
 
 _NO_SHORT = np.zeros((1, 1), dtype=np.bool_)

@@ -44,6 +44,7 @@ from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.policies.allocator.repair import adopt, build, build_parallel
 from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
+from gpualloc.core.segments import fill_segments
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies.fifo import fifo
 from gpualloc.policies.greedy import greedy
@@ -110,7 +111,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         reference = None
         if cfg.start_from_greedy:
             # And greedy's: the search starts no lower than the reference.
-            reference = greedy(s, GreedyConfig()).owner
+            reference = greedy(s, GreedyConfig(preempt=False)).owner
             built["greedy"] = adopt(s, reference, cfg.discount)
         values = {name: sched.value() for name, sched in built.items()}
         chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
@@ -139,4 +140,23 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             # fill, which can serve less than greedy's best fit: never below greedy.
             owner, info["returned"] = reference, "greedy's plan"
     info["local_search_s"] = time.perf_counter() - clock
+    if cfg.preempt and bool(s.preemptible.any()):
+        owner = _preempt(s, owner, info)
     return Plan(owner=owner, info=info)
+
+
+def _preempt(s: Scenario, owner: torch.Tensor, info: dict) -> torch.Tensor:
+    """Segments where they pay: the plan of whole runs, and greedy's plan with
+    priority preemption, each with the remaining work of preemptible jobs
+    run in its idle blocks (gpualloc.core.segments); the best is kept. The
+    first is never below the plan of whole runs."""
+    clock = time.perf_counter()
+    options = {"whole runs": owner, "greedy's preemption": greedy(s, GreedyConfig()).owner}
+    values = {}
+    for name, plan in options.items():
+        options[name], _ = fill_segments(s, plan)
+        values[name] = weighted_throughput(s, options[name])
+    chosen = max(values, key=lambda name: (values[name], name == "whole runs"))
+    info["preemption"] = {"values": values, "chosen": chosen,
+                          "seconds": time.perf_counter() - clock}
+    return options[chosen]
