@@ -27,8 +27,13 @@ From the policy's plan, the decisions of the window `[tau, tau + replan_every)`
 are executed:
 
 - a rigid job the plan starts inside the window is committed: it runs on
-  that block to its end (no preemption, never moved); the others go back to
-  the queue and are planned again at the next replan;
+  that block to its end (never moved); the others go back to the queue and
+  are planned again at the next replan. A preemptible job (PROBLEM.md) is
+  committed one segment at a time: while it runs it is in the view as
+  fixed cells the planner may cut (greedy's priority preemption does, and
+  the allocator weighs that plan), and a cut inside the window preempts it
+  there; once stopped, it waits in the view with its remaining progress
+  plus its restore as its duration;
 - real-time capacity reacts to the *actual* demand at each timestep (an
   autoscaler): a service keeps its planned replicas up to its actual demand
   (lowest blocks first) and releases the rest; unmet actual demand then takes
@@ -46,7 +51,7 @@ defines it.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -55,7 +60,7 @@ from gpualloc.config import FORECASTS, OnlineConfig, RunConfig  # noqa: F401 (re
 from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
-from gpualloc.plan import IDLE, Plan, empty_owner
+from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.policies import POLICIES, Policy
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
@@ -147,7 +152,11 @@ class Committed:
     """What has been decided: rigid jobs' starts and blocks, by scenario index."""
 
     start: dict[int, tuple[int, int]]
-    """job -> (start timestep, first GPU)."""
+    """job -> (start timestep, first GPU) of its last committed segment."""
+    end: dict[int, int] = field(default_factory=dict)
+    """Preemptible jobs: job -> the end of that segment."""
+    progress: dict[int, int] = field(default_factory=dict)
+    """Preemptible jobs: job -> steps of progress made before tau."""
 
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
@@ -165,6 +174,17 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             demand = [k.demand[tau]] + future[e].tolist()
             e += 1
             jobs.append(replace(k, arrival=0, demand=demand))
+        elif j in committed.start and k.preemptible:
+            s0, g0 = committed.start[j]
+            end, made = committed.end[j], committed.progress[j]
+            if made >= k.duration:
+                continue  # done
+            if end > tau:  # running: the rest of its segment, which a plan may cut
+                jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
+                fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
+            else:  # stopped: it restores, then makes the rest of its progress
+                jobs.append(replace(k, arrival=0,
+                                    duration=min(k.restart_cost + k.duration - made, T)))
         elif j in committed.start:
             s0, g0 = committed.start[j]
             end = s0 + k.duration
@@ -248,6 +268,9 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     replans = 0
     for tau in range(0, s.T, o.replan_every):
         stop = min(tau + o.replan_every, s.T)
+        if bool(s.preemptible.any()):
+            made = segments(s, owner).progress[:, :tau].sum(1)
+            committed.progress = {j: int(made[j]) for j in committed.start}
         obs = visible(s, tau)
         steps = s.T - tau - 1
         future = (oracle(obs, steps) if oracle is not None
@@ -265,6 +288,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             replans += 1
             previous = _remember(v, index, planned, tau, s)
         _commit_rigid(v, index, planned, tau, stop, owner, committed)
+        _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans})
@@ -300,10 +324,13 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
     if tuple(planned.shape) != (v.G, v.T):
         raise ScenarioError(f"policy {name} returned a ({tuple(planned.shape)}) plan for a "
                             f"({v.G}, {v.T}) view: it cannot run with mode=online")
-    held = v.fixed >= 0
+    # Preemptible jobs' fixed cells may be cut, and such a job may run again.
+    cuttable = torch.zeros(v.J + 1, dtype=torch.bool)
+    cuttable[:-1] = v.preemptible
+    held = (v.fixed >= 0) & ~cuttable[v.fixed]
     moved = held & (planned != v.fixed)
     decided = torch.zeros(v.J + 1, dtype=torch.bool)
-    decided[:-1] = torch.from_numpy(fixed_jobs(v))
+    decided[:-1] = torch.from_numpy(fixed_jobs(v)) & ~v.preemptible
     elsewhere = ~held & decided[planned]  # IDLE indexes the spare last entry
     if moved.any() or elsewhere.any():
         raise ScenarioError(f"policy {name} does not honour Scenario.fixed (it changed "
@@ -312,22 +339,67 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
 
 
 def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
-    # A rigid job the plan starts inside the window runs there to its end.
+    # A rigid job the plan starts inside the window runs there to its end; a
+    # preemptible one, to the end of that segment. A running preemptible job
+    # the plan cuts inside the window stops there.
+    R = stop - tau
     busy = planned >= 0
-    t_idx = torch.arange(v.T).expand(v.G, v.T)
     first = torch.full((v.J + 1,), v.T, dtype=torch.long)
     first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
-                          torch.where(busy, t_idx, v.T).flatten(), "amin")
+                          torch.where(busy, torch.arange(v.T).expand(v.G, v.T), v.T).flatten(),
+                          "amin")
     decided = fixed_jobs(v)
+    commits = []
     for vj in range(v.J):
-        if (not v.jobs[vj].rigid or decided[vj] or first[vj] >= stop - tau
-                or index[vj] == IDLE):  # placeholders hold capacity, never run
-            continue
-        cells = planned == vj  # (G, T - tau) block x [start, end)
+        job = v.jobs[vj]
         j = index[vj]
-        owner[:, tau:][cells] = j
-        g0 = int(cells[:, first[vj]].nonzero()[0, 0])
-        committed.start[j] = (tau + int(first[vj]), g0)
+        if not job.rigid or j == IDLE:  # placeholders hold capacity, never run
+            continue
+        if decided[vj] and not job.preemptible or not decided[vj] and first[vj] >= R:
+            continue
+        runs = _runs(planned == vj)
+        if decided[vj]:  # running: its fixed cells start at 0; a cut ends them
+            length = int((v.fixed == vj).any(0).sum())
+            kept = runs[0][1] if runs and runs[0][0] == 0 else 0
+            if kept < length and kept < R:
+                g0, k = committed.start[j][1], job.gpus
+                cut = owner[g0:g0 + k, tau + kept:tau + length]
+                cut[cut == j] = IDLE
+                committed.end[j] = tau + kept
+            runs = runs[1:] if kept else runs
+        commits += [(j, job, run) for run in (runs if job.preemptible else runs[:1])
+                    if run[0] < R]
+    # After every cut: a segment may start where another job was cut.
+    for j, job, (t0, t1, g0) in commits:
+        owner[g0:g0 + job.gpus, tau + t0:tau + t1] = j
+        committed.start[j] = (tau + t0, g0)
+        committed.end[j] = tau + t1
+
+
+def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(G, T) bool cells of one job -> its runs on one set of GPUs, in time
+    order: (first step, end step, first GPU)."""
+    steps = cells.any(0).nonzero().flatten().tolist()
+    out: list[tuple[int, int, int]] = []
+    for t in steps:
+        g = int(cells[:, t].nonzero()[0])
+        if out and out[-1][1] == t and out[-1][2] == g:
+            out[-1] = (out[-1][0], t + 1, g)
+        else:
+            out.append((t, t + 1, g))
+    return out
+
+
+def _trim_done(s: Scenario, owner: torch.Tensor) -> None:
+    """Free the cells a preemptible job holds after it is done (a view does
+    not see every restore, so a committed segment may run long)."""
+    if not bool(s.preemptible.any()):
+        return
+    late = segments(s, owner).after_done  # (J, T)
+    if late.any():
+        j = owner.clamp(min=0)
+        t = torch.arange(s.T).expand(s.G, s.T)
+        owner[(owner >= 0) & late[j, t]] = IDLE
 
 
 def _serve(s, v, index, planned, tau, stop, owner) -> None:

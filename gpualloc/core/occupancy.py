@@ -35,9 +35,11 @@ class Snapshot:
 
 class Occupancy:
     """Rigid placements on the grid. `fixed` (T, G) int64 holds the cells
-    decided before planning (IDLE where free); they stay busy."""
+    decided before planning (IDLE where free); they stay busy, but for those
+    of preemptible jobs when `cuttable`: then each is such a job's current
+    segment (placed, from its first fixed step), which `cut` may end."""
 
-    def __init__(self, lay: Layout, fixed: np.ndarray | None = None):
+    def __init__(self, lay: Layout, fixed: np.ndarray | None = None, cuttable: bool = False):
         self.lay = lay
         self.T, self.G = lay.T, lay.G
         self.fixed = (np.full((lay.T, lay.G), IDLE, dtype=np.int64) if fixed is None
@@ -54,7 +56,9 @@ class Occupancy:
         # length: the compiled insertion writes start and first only.)
         self.closed = np.zeros(lay.J, dtype=np.int64)
         self.progress = np.zeros(lay.J, dtype=np.int64)
-        self._adopt_fixed()
+        self.adopted = np.zeros(lay.J, dtype=np.bool_)  # running before planning began
+        if cuttable:
+            self._adopt_fixed()
 
     def _adopt_fixed(self) -> None:
         # A preemptible job in the fixed cells (online: it runs now, its
@@ -64,6 +68,7 @@ class Occupancy:
             if self.lay.preemptible[j]:
                 t, g = np.nonzero(self.fixed == j)
                 self.start[j], self.first[j] = t.min(), g.min()
+                self.adopted[j] = True
 
     # ---- placements ------------------------------------------------------------------
     def restoring(self, j: int) -> int:
@@ -113,8 +118,9 @@ class Occupancy:
 
     def running(self, t: int) -> np.ndarray:
         """Jobs whose current segment holds cells at t (placed or fixed), and
-        that started before t."""
-        return np.array([j for j in np.nonzero((self.start >= 0) & (self.start < t))[0]
+        that started before t (or before planning began)."""
+        return np.array([j for j in np.nonzero((self.start >= 0)
+                                               & ((self.start < t) | self.adopted))[0]
                          if self.start[j] + self.length(j, int(self.start[j])) > t],
                         dtype=np.int64)
 

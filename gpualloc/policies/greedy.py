@@ -196,7 +196,7 @@ class _Greedy:
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
         fixed = None if fixed is None else fixed.cpu().numpy().T
         # hard: fixed cells, started rigid jobs and the EASY reservation.
-        self.hard = Occupancy(lay, fixed)
+        self.hard = Occupancy(lay, fixed, cuttable=cfg.preempt)
         self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts
         in_fixed = fixed_jobs(s)
         # Replicas still wanted once the fixed cells are counted.
