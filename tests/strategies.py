@@ -11,7 +11,9 @@ TYPES = ["A", "B", "C"]
 
 
 @st.composite
-def scenario_docs(draw, max_pools=3, max_jobs=8, max_horizon=12, max_gpus=16):
+def scenario_docs(draw, max_pools=3, max_jobs=8, max_horizon=12, max_gpus=16,
+                  preemptible=False):
+    """`preemptible`: rigid jobs may be preemptible, with restart costs 0-2."""
     horizon = draw(st.integers(1, max_horizon))
     n_pools = draw(st.integers(1, max_pools))
     pools = []
@@ -34,6 +36,9 @@ def scenario_docs(draw, max_pools=3, max_jobs=8, max_horizon=12, max_gpus=16):
             job["demand"] = draw(st.lists(st.integers(0, 6), min_size=horizon, max_size=horizon))
         else:
             job["duration"] = draw(st.integers(1, 3 * horizon + 2))
+            if preemptible and draw(st.booleans()):
+                job["preemptible"] = True
+                job["restart_cost"] = draw(st.integers(0, 2))
         if draw(st.integers(0, 3)) == 0:
             job["gpu_types"] = draw(st.lists(st.sampled_from(types), min_size=1, max_size=2,
                                              unique=True))

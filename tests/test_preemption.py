@@ -1,11 +1,14 @@
 """Preemptible rigid jobs (PROBLEM.md): segments, restoring, done; the
 checker's rule 2 for segments and the metrics that count them."""
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpualloc.check import check
 from gpualloc.metrics import metrics, weighted_throughput
 from gpualloc.plan import empty_owner, segments
 from gpualloc.scenario import from_dict
+from strategies import scenarios
 
 
 def _scenario(restart_cost=1, preemptible=True):
@@ -134,3 +137,161 @@ def test_random_plans_agree_with_a_plain_count():
                 progress += 1
                 expect.append(t)
         assert seg.progress[0].nonzero().flatten().tolist() == expect, trial
+
+
+# ---- the placement core ---------------------------------------------------------------
+
+def _cluster(jobs, horizon=12, nodes=1, gpn=4):
+    return from_dict({
+        "name": "preempt", "horizon": horizon, "step_minutes": 60,
+        "cluster": {"pools": [{"name": "a", "count": nodes, "gpus_per_node": gpn,
+                               "gpu_type": "H100", "memory_gb": 80}]},
+        "jobs": jobs})
+
+
+def _rigid(id, priority, arrival, gpus, duration, **kw):
+    return {"id": id, "kind": "training", "priority": priority, "arrival": arrival,
+            "gpus": gpus, "duration": duration, **kw}
+
+
+def test_a_cut_keeps_progress_and_the_next_segment_restores():
+    from gpualloc.core.layout import layout
+    from gpualloc.core.occupancy import Occupancy
+
+    s = _cluster([_rigid("low", 1, 0, 4, 8, preemptible=True, restart_cost=2)])
+    occ = Occupancy(layout(s))
+    assert occ.length(0, 0) == 8
+    occ.place(0, 0, 0)
+    assert occ.running(3).tolist() == [0]
+    occ.cut(0, 3)  # 3 steps of progress made
+    assert not occ.busy[3:].any() and occ.busy[:3].all()
+    assert occ.steps(0) == 2 + 5  # restore, then the 5 steps still missing
+    occ.place(0, 5, 0)
+    assert occ.busy[5:12].all() and occ.length(0, 5) == 7
+
+
+# ---- policies ---------------------------------------------------------------------------
+
+def _urgent(preemptible=True):
+    # A long low-priority job holds the whole node; an urgent one arrives at 3.
+    low = _rigid("low", 1, 0, 4, 8, **({"preemptible": True, "restart_cost": 1}
+                                      if preemptible else {}))
+    return _cluster([low, _rigid("urgent", 10, 3, 4, 3)])
+
+
+def test_greedy_evicts_a_lower_priority_preemptible_job():
+    from gpualloc.config import GreedyConfig
+    from gpualloc.policies.greedy import greedy
+
+    s = _urgent()
+    plan = greedy(s, GreedyConfig(variants=False))
+    assert check(s, plan.owner).ok
+    assert (plan.owner[:, 3:6] == 1).all()  # the urgent job starts on arrival
+    m = metrics(s, plan.owner)
+    assert m["preemptions"] == 1 and m["restore_gpu_steps"] == 4
+    assert m["jobs_completed"] == 2  # low resumes at 6: restores, then 5 steps
+    assert weighted_throughput(s, plan.owner) == 10 * 4 * 3 + 1 * 4 * 8
+    # Without preemption (or when the job is not preemptible) it waits.
+    for s2, cfg in ((s, GreedyConfig(variants=False, preempt=False)),
+                    (_urgent(preemptible=False), GreedyConfig(variants=False))):
+        waited = greedy(s2, cfg).owner
+        assert check(s2, waited).ok
+        assert (waited[:, :8] == 0).all() and metrics(s2, waited)["preemptions"] == 0
+
+
+def test_no_eviction_for_a_job_of_equal_priority():
+    from gpualloc.config import GreedyConfig
+    from gpualloc.policies.greedy import greedy
+
+    s = _cluster([_rigid("a", 5, 0, 4, 8, preemptible=True, restart_cost=1),
+                  _rigid("b", 5, 3, 4, 3)])
+    owner = greedy(s, GreedyConfig(variants=False)).owner
+    assert (owner[:, :8] == 0).all()
+
+
+def test_segments_fill_idle_blocks_and_only_add_value():
+    from gpualloc.core.segments import fill_segments
+
+    # GPUs 0-1 are idle at t=3..5 only; the preemptible filler (5 steps,
+    # restore 1) runs a first segment there and nothing more fits.
+    s = _cluster([_rigid("wall", 5, 0, 2, 3), _rigid("wall2", 5, 6, 2, 4),
+                  _rigid("filler", 1, 0, 2, 5, preemptible=True, restart_cost=1)],
+                 horizon=10, gpn=2)
+    owner = empty_owner(s)
+    owner[:, 0:3] = 0
+    owner[:, 6:10] = 1
+    filled, added = fill_segments(s, owner)
+    assert check(s, filled).ok
+    assert added == 1 and (filled[:, 3:6] == 2).all()  # a first segment: no restore
+    assert weighted_throughput(s, filled) == weighted_throughput(s, owner) + 1 * 2 * 3
+    assert (filled[owner >= 0] == owner[owner >= 0]).all()  # nothing taken away
+
+
+def test_exact_refuses_preemptible_jobs():
+    import pytest
+
+    from gpualloc.policies.exact import exact
+    from gpualloc.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="'low' is preemptible"):
+        exact(_urgent())
+
+
+def test_online_preempts_a_committed_job():
+    # Online, the low job is committed at 0 (the urgent one is unknown); at
+    # the replan after its arrival greedy cuts the low job's fixed cells.
+    from gpualloc.config import OnlineConfig, RunConfig
+    from gpualloc.online import run_policy
+
+    s = _urgent()
+    cfg = RunConfig(mode="online", online=OnlineConfig(replan_every=1, forecast="last_day"))
+    owner = run_policy("greedy", s, cfg, "cpu").owner
+    assert check(s, owner).ok
+    assert (owner[:, 3:6] == 1).all()
+    assert metrics(s, owner)["preemptions"] == 1
+    cfg.greedy.preempt = False
+    waited = run_policy("greedy", s, cfg, "cpu").owner
+    assert check(s, waited).ok and (waited[:, :8] == 0).all()
+
+
+# ---- properties on random scenarios ------------------------------------------------------
+
+QUICK = dict(iterations=8, local_search_iters=8, progress=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenarios(max_jobs=7, preemptible=True))
+def test_every_policy_plans_preemptible_jobs_feasibly(s):
+    from gpualloc.config import GreedyConfig, SolverConfig
+    from gpualloc.policies.allocator import allocator
+    from gpualloc.policies.backfill import backfill
+    from gpualloc.policies.fifo import fifo
+    from gpualloc.policies.greedy import greedy
+
+    plans = {"fifo": fifo(s).owner, "backfill": backfill(s).owner}
+    for preempt in (False, True):
+        plans[f"greedy {preempt}"] = greedy(s, GreedyConfig(preempt=preempt)).owner
+        plans[f"allocator {preempt}"] = allocator(
+            s, SolverConfig(preempt=preempt, **QUICK)).owner
+    for name, owner in plans.items():
+        verdict = check(s, owner)
+        assert verdict.ok, f"{name}: {verdict}"
+    assert metrics(s, plans["fifo"])["preemptions"] == 0  # FIFO never preempts
+    value = {name: weighted_throughput(s, owner) for name, owner in plans.items()}
+    # Allowed to preempt, the allocator may always choose not to.
+    assert value["allocator True"] >= value["allocator False"] - 1e-9
+    assert value["allocator True"] >= value["greedy True"] - 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(scenarios(max_jobs=6, max_horizon=10, preemptible=True), st.sampled_from([1, 3]))
+def test_online_plans_with_preemption_pass_the_checker(s, every):
+    from gpualloc.config import OnlineConfig, RunConfig, SolverConfig
+    from gpualloc.online import run_policy
+
+    cfg = RunConfig(mode="online", solver=SolverConfig(**QUICK),
+                    online=OnlineConfig(replan_every=every, forecast="last_day"))
+    for name in ("greedy", "allocator"):
+        owner = run_policy(name, s, cfg, "cpu").owner
+        verdict = check(s, owner)
+        assert verdict.ok_but_guarantee, f"{name}: {verdict}"
