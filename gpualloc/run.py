@@ -29,6 +29,7 @@ from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
 from gpualloc.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
+from gpualloc.policies.exact import refuse_preemptible
 from gpualloc.online import ONLINE_BY_NATURE, run_policy
 from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
@@ -131,6 +132,8 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         s = with_min_served(s, cfg.min_served)
     if cfg.preemptible is not None or cfg.restart_cost is not None:
         s = with_preemption(s, cfg.preemptible, cfg.restart_cost)
+    if "exact" in cfg.policies:
+        refuse_preemptible(s)  # before any work: exact models no segments
     check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     check_guarantee(s)  # rule 4 possible at all, before any planning
     if out_dir is not None:

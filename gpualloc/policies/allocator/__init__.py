@@ -31,7 +31,9 @@ discounted objective (SolverConfig.discount, set by gpualloc.online).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import replace
 from contextlib import contextmanager
 
 import torch
@@ -45,7 +47,7 @@ from gpualloc.policies.allocator.repair import adopt, build, build_parallel
 from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
-from gpualloc.metrics import weighted_throughput
+from gpualloc.metrics import useful_of, weighted_throughput
 from gpualloc.policies.fifo import fifo
 from gpualloc.policies.greedy import greedy
 from gpualloc.scenario import Scenario
@@ -141,22 +143,68 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             owner, info["returned"] = reference, "greedy's plan"
     info["local_search_s"] = time.perf_counter() - clock
     if cfg.preempt and bool(s.preemptible.any()):
-        owner = _preempt(s, owner, info)
+        owner = _preempt(s, owner, info, cfg)
     return Plan(owner=owner, info=info)
 
 
-def _preempt(s: Scenario, owner: torch.Tensor, info: dict) -> torch.Tensor:
-    """Segments where they pay: the plan of whole runs, and greedy's plan with
-    priority preemption, each with the remaining work of preemptible jobs
-    run in its idle blocks (gpualloc.core.segments); the best is kept. The
-    first is never below the plan of whole runs."""
+def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) -> torch.Tensor:
+    """Segments where they pay: the plan of whole runs; greedy's plan with
+    priority preemption (where greedy's plan competes: cfg.start_from_greedy,
+    off online, where greedy's plan of a view wins it too often and loses
+    the executed plan); and, where greedy cuts jobs that run now (online:
+    preemptible jobs in the fixed cells), the allocator's own plan after
+    those cuts. Each gets the remaining work of preemptible jobs run in its
+    idle blocks (gpualloc.core.segments); the best by the objective the
+    search maximized (discounted online) is kept. The first is never below
+    the plan of whole runs."""
     clock = time.perf_counter()
-    options = {"whole runs": owner, "greedy's preemption": greedy(s, GreedyConfig()).owner}
+    options = {"whole runs": owner}
+    preemptive = greedy(s, GreedyConfig()).owner
+    if cfg.start_from_greedy:
+        options["greedy's preemption"] = preemptive
+    after = _after_cuts(s, preemptive, cfg)
+    if after is not None:
+        options["greedy's cuts"] = after
+    weight = (1 - cfg.discount) ** torch.arange(s.T, dtype=torch.float64)
     values = {}
     for name, plan in options.items():
         options[name], _ = fill_segments(s, plan)
-        values[name] = weighted_throughput(s, options[name])
+        useful = useful_of(s, options[name]).double()  # (J, T)
+        values[name] = float((s.priority[:, None] * useful * weight).sum())
     chosen = max(values, key=lambda name: (values[name], name == "whole runs"))
     info["preemption"] = {"values": values, "chosen": chosen,
                           "seconds": time.perf_counter() - clock}
     return options[chosen]
+
+
+def _after_cuts(s: Scenario, cut: torch.Tensor, cfg: SolverConfig) -> torch.Tensor | None:
+    """The allocator's plan of `s` with the running preemptible jobs that
+    the plan `cut` stops stopped there too: their fixed cells end at the
+    cut, and each comes back as a new job (its restore and the rest of its
+    run, from the step after) that maps back to it. None if `cut` stops
+    none."""
+    if s.fixed is None:
+        return None
+    fixed, jobs, back = s.fixed.clone(), list(s.jobs), []
+    for j in fixed_jobs(s).nonzero()[0].tolist():
+        if not s.jobs[j].preemptible:
+            continue
+        mine = s.fixed == j  # (G, T): the rest of its current segment
+        length = int(mine.any(0).sum())
+        kept = int(((cut == j) & mine).any(0).cumprod(0).sum())
+        if kept >= length or kept + 1 >= s.T:
+            continue
+        fixed[:, kept:][mine[:, kept:]] = -1
+        job = s.jobs[j]
+        jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
+                            restart_cost=0,
+                            duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
+        back.append(j)
+    if not back:
+        return None
+    view = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
+                    jobs=jobs, fixed=fixed)
+    plan = allocator(view, dataclasses.replace(cfg, preempt=False)).owner
+    for i, j in enumerate(back):
+        plan[plan == s.J + i] = j
+    return plan
