@@ -54,6 +54,9 @@ def format_run_table(result: dict) -> str:
                      _fmt(g["weighted_throughput_pct"], "+.1f"), _fmt(m["wall_s"], ".2f")])
     if result.get("preemptible"):
         head += f", preemptible {result['preemptible']} (restart_cost {result['restart_cost']})"
+        cols[6:6] = ["preempt", "restore"]  # segments after the first; GPU-steps restoring
+        for r, m in zip(rows, result["policies"].values()):
+            r[6:6] = [str(m.get("preemptions", "-")), str(m.get("restore_gpu_steps", "-"))]
     guaranteed = result.get("min_served")
     if guaranteed:
         head += f", min_served {guaranteed}"

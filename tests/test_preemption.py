@@ -295,3 +295,19 @@ def test_online_plans_with_preemption_pass_the_checker(s, every):
         owner = run_policy(name, s, cfg, "cpu").owner
         verdict = check(s, owner)
         assert verdict.ok_but_guarantee, f"{name}: {verdict}"
+
+
+def test_the_run_table_shows_preemptions_when_jobs_are_preemptible():
+    from gpualloc.report import format_run_table
+
+    row = {"utilization": 0.5, "weighted_throughput": 10.0, "allocated": 0.5,
+           "realtime_slo": 1.0, "jobs_completed": 2, "mean_wait": 1.0, "wall_s": 0.1,
+           "gains": {"utilization_points": 0.0, "weighted_throughput_pct": 0.0},
+           "preemptions": 7, "restore_gpu_steps": 28}
+    result = {"scenario": "x", "gpus": 4, "jobs": 2, "timesteps": 12, "offered_load": 1.0,
+              "seed": 0, "device": "cpu", "policies": {"greedy": row}}
+    assert "preempt" not in format_run_table(result)
+    table = format_run_table({**result, "preemptible": "training", "restart_cost": "1"})
+    head, cols, _, line = table.splitlines()
+    assert "preemptible training (restart_cost 1)" in head
+    assert cols.split()[6:8] == ["preempt", "restore"] and line.split()[6:8] == ["7", "28"]
