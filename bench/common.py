@@ -79,3 +79,26 @@ def git_commit(short: bool = False) -> str:
     except OSError:
         return "unknown"
     return (head or "unknown") + (" (with uncommitted changes)" if dirty else "")
+
+
+def provenance(module: str, argv) -> dict:
+    """What a results file records beside its numbers: commit, machine, date
+    and the command that made it (`argv`: main's, None for sys.argv)."""
+    import sys
+    from datetime import datetime, timezone
+
+    args = sys.argv[1:] if argv is None else argv
+    return {"commit": git_commit(short=True), "machine": machine(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": f"python -m {module} " + " ".join(args)}
+
+
+def write_results(out: Path, stem: str, result: dict, md: str) -> None:
+    """out/stem.json (everything) and out/stem.md (the table), and print it."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{stem}.md").write_text(md)
+    print(md)
+

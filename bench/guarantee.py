@@ -13,16 +13,14 @@ of the guarantee: the weighted throughput a policy gives up to hold it.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, provenance, write_results
 from gpualloc.check import check
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
@@ -156,15 +154,8 @@ def main(argv=None) -> int:
     seeds = list(range(args.seeds))
     rows = measure(seeds, args.share)
     result = {"seeds": seeds, "share": args.share, "rows": rows, "summary": summarize(rows),
-              "commit": git_commit(short=True), "machine": machine(),
-              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": "python -m bench.guarantee " + " ".join(
-                  sys.argv[1:] if argv is None else argv)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "guarantee.json").write_text(json.dumps(result, indent=1))
-    md = markdown(result)
-    (args.out / "guarantee.md").write_text(md)
-    print(md)
+              **provenance("bench.guarantee", argv)}
+    write_results(args.out, "guarantee", result, markdown(result))
     return 0
 
 

@@ -13,16 +13,14 @@ class of the work done, the mean wait of the top-priority rigid jobs (7 and
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, composed, git_commit, machine
+from bench.common import ROOT, composed, provenance, write_results
 from gpualloc.metrics import held, useful, weighted_throughput
 from gpualloc.online import online
 from gpualloc.policies import POLICIES
@@ -83,10 +81,7 @@ def main(argv=None) -> int:
                         no_memory=label.endswith("no memory") or label == "allocator, discounted")
             rows.append({"seed": seed, "setting": label, **r})
             print(seed, label, r["value"], flush=True)
-    result = {"scenario": args.scenario, "rows": rows, "commit": git_commit(short=True),
-              "machine": machine(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": "python -m bench.online_cause " + " ".join(
-                  sys.argv[1:] if argv is None else argv)}
+    result = {"scenario": args.scenario, "rows": rows, **provenance("bench.online_cause", argv)}
     classes = sorted({k for r in rows for k in r["by_priority"]},
                      key=lambda k: (k.startswith("rt"), float(k.split("p")[-1])))
     lines = [f"# Online on {args.scenario}: where the allocator's value goes", "",
@@ -103,10 +98,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['seed']} | {r['setting']} | {r['value']:,.0f} | " + " | ".join(cells)
                      + f" | {r['top_wait']:.1f} | {r['postponed']} |")
     lines.append("")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "online_cause.json").write_text(json.dumps(result, indent=1))
-    (args.out / "online_cause.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_results(args.out, "online_cause", result, "\n".join(lines))
     return 0
 
 
