@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, provenance, write_results
 from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.online import run_policy
@@ -150,15 +148,8 @@ def main(argv=None) -> int:
     seeds = list(range(args.seeds))
     rows = measure(seeds, args.restart_cost)
     result = {"seeds": seeds, "restart_cost": args.restart_cost, "rows": rows,
-              "summary": summarize(rows), "commit": git_commit(short=True),
-              "machine": machine(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": "python -m bench.preemption " + " ".join(
-                  sys.argv[1:] if argv is None else argv)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "preemption.json").write_text(json.dumps(result, indent=1))
-    md = markdown(result)
-    (args.out / "preemption.md").write_text(md)
-    print(md)
+              "summary": summarize(rows), **provenance("bench.preemption", argv)}
+    write_results(args.out, "preemption", result, markdown(result))
     return 0
 
 
