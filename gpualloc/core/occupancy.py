@@ -78,10 +78,14 @@ class Occupancy:
     def steps(self, j: int) -> int:
         """Steps j's current (or next) segment needs: its restore, then the
         progress still missing."""
-        return self.restoring(j) + int(self.lay.duration[j]) - int(self.progress[j])
+        if not self.closed[j]:
+            return int(self.lay.duration[j])
+        return int(self.lay.restart_cost[j]) + int(self.lay.duration[j]) - int(self.progress[j])
 
     def length(self, j: int, start: int) -> int:
         """Steps j's segment started at `start` runs inside the horizon."""
+        if not self.closed[j]:  # a first segment: the whole run (the common case, kept fast)
+            return min(int(self.lay.duration[j]), self.T - start)
         return min(self.steps(j), self.T - start)
 
     def place(self, j: int, start: int, first: int) -> None:

@@ -197,6 +197,7 @@ class _Greedy:
         fixed = None if fixed is None else fixed.cpu().numpy().T
         # hard: fixed cells, started rigid jobs and the EASY reservation.
         self.hard = Occupancy(lay, fixed, cuttable=cfg.preempt)
+        self.length = self.hard.length  # steps j's next segment runs from t
         self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts
         in_fixed = fixed_jobs(s)
         # Replicas still wanted once the fixed cells are counted.
@@ -280,8 +281,6 @@ class _Greedy:
         kb.free_blocks(run, b, int(lay.gpus[j]), t, self.length(j, t), out)
         return out
 
-    def length(self, j: int, t: int) -> int:
-        return self.hard.length(j, t)
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
