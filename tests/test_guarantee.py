@@ -227,3 +227,27 @@ def test_bad_min_served_exits_2(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and part in lines[0], (name, r.stderr)
         assert not (tmp_path / name / "out" / "metrics.json").exists()
+
+
+def test_the_footprint_leaves_the_decided_cells_alone():
+    # One timestep: the transposed fixed grid is already contiguous, and the
+    # guaranteed replicas were once written into the scenario's own cells
+    # (online, greedy then refused its own view as not honouring them).
+    from gpualloc.config import OnlineConfig, RunConfig
+    from gpualloc.core.guarantee import planning_fixed
+    from gpualloc.online import run_policy
+    from gpualloc.scenario import Scenario
+
+    doc = {"name": "one-step", "horizon": 1, "step_minutes": 60,
+           "cluster": {"pools": [{"name": f"p{i}", "count": 1, "gpus_per_node": 1,
+                                  "gpu_type": "A", "memory_gb": 40} for i in range(3)]},
+           "jobs": [{"id": "rt", "kind": "realtime_inference", "priority": 1, "arrival": 0,
+                     "gpus": 1, "demand": [2], "min_served": 0.5}]}
+    s = from_dict(doc)
+    view = Scenario(name="v", horizon=1, step_minutes=60, pools=s.pools, jobs=s.jobs,
+                    fixed=torch.full((3, 1), -1, dtype=torch.long))
+    assert int((planning_fixed(view) >= 0).sum()) == 1  # the guaranteed replica
+    assert bool((view.fixed == -1).all())
+    cfg = RunConfig(mode="online", online=OnlineConfig(replan_every=1, forecast="last_day"))
+    owner = run_policy("greedy", s, cfg, "cpu").owner
+    assert check(s, owner).ok

@@ -38,10 +38,12 @@ class GuaranteeError(ScenarioError):
 
 
 def _fixed(s: Scenario) -> np.ndarray:
-    """(T, G) int64: the cells decided before planning."""
+    """(T, G) int64: the cells decided before planning, an own copy (the
+    footprint is written into it; a transpose of a one-step or one-GPU grid
+    is already contiguous, so ascontiguousarray would hand out s.fixed)."""
     if s.fixed is None:
         return np.full((s.T, s.G), IDLE, dtype=np.int64)
-    return np.ascontiguousarray(s.fixed.cpu().numpy().T, dtype=np.int64)
+    return np.array(s.fixed.cpu().numpy().T, dtype=np.int64, order="C")
 
 
 def still_guaranteed(s: Scenario, owner: np.ndarray) -> np.ndarray:
