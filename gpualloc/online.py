@@ -30,8 +30,8 @@ are executed:
   that block to its end (never moved); the others go back to the queue and
   are planned again at the next replan. A preemptible job (PROBLEM.md) is
   committed one segment at a time: while it runs it is in the view as
-  fixed cells the planner may cut (greedy's priority preemption does, and
-  the allocator weighs that plan), and a cut inside the window preempts it
+  fixed cells the planner may cut (greedy's priority preemption does; the
+  allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
   there; once stopped, it waits in the view with its remaining progress
   plus its restore as its duration;
 - real-time capacity reacts to the *actual* demand at each timestep (an

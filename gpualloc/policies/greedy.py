@@ -208,7 +208,7 @@ class _Greedy:
         order = priority_order(s)
         self.rank = {j: i for i, j in enumerate(order)}
         self.preempt = cfg.preempt and bool(lay.preemptible.any())
-        self.preemptions = 0
+        self.evictions = 0
         ok = ~lay.unplaceable
         self.elastic = [j for j in order if not lay.rigid[j] and ok[j] and need[j].any()]
         self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
@@ -280,7 +280,6 @@ class _Greedy:
         out = np.zeros(len(b), dtype=np.bool_)
         kb.free_blocks(run, b, int(lay.gpus[j]), t, self.length(j, t), out)
         return out
-
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
@@ -456,7 +455,7 @@ class _Greedy:
             self._changed(t, end, first, kr)
             self.queue.append(r)
             self.running_now.remove(r)
-            self.preemptions += 1
+            self.evictions += 1
         self.queue.sort(key=self.rank.__getitem__)
         self.start(j, best, t)
         return True
@@ -556,7 +555,7 @@ class _Greedy:
         owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
         info = {"repack_checks": self.repack_checks}
         if self.preempt:
-            info["evictions"] = self.preemptions
+            info["evictions"] = self.evictions
         return Plan(owner=owner, info=info)
 
 
