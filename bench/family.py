@@ -2,6 +2,7 @@
 
     python -m bench.family                    # 20 seeds at 64 GPUs, 5 at 256 -> bench/results/family.{md,json}
     python -m bench.family --quick            # 3 seeds at 64 GPUs
+    python -m bench.family --set solver.time_limit_s=15 --name family_deep   # other settings
 
 Heterogeneous clusters (8-GPU H100 and A100 40/80 GB nodes, 4-GPU L40S
 nodes), odd and multi-node gangs, type and memory needs, unplaceable jobs,
@@ -40,9 +41,10 @@ POLICY_ORDER = ["fifo", "backfill", "greedy", "allocator"]
 LP_SECONDS = 20.0
 
 
-def family(scale: int):
-    """The broad family's run config at `scale` x 64 GPUs."""
-    cfg = composed("+scenario=broad", "solver.progress=false")
+def family(scale: int, overrides: tuple[str, ...] = ()):
+    """The broad family's run config at `scale` x 64 GPUs (`overrides`: as on
+    the command line of a run)."""
+    cfg = composed("+scenario=broad", "solver.progress=false", *overrides)
     sc = cfg.scenario
     if scale > 1:
         sc.name = f"broad_{64 * scale}"
@@ -55,9 +57,9 @@ def family(scale: int):
     return cfg
 
 
-def run(seeds: list[int], scale: int) -> list[dict]:
+def run(seeds: list[int], scale: int, overrides: tuple[str, ...] = ()) -> list[dict]:
     torch.set_num_threads(1)
-    cfg = family(scale)
+    cfg = family(scale, overrides)
     cpu = torch.device("cpu")
     rows = []
     for seed in seeds:
@@ -118,18 +120,21 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 seeds at 64 GPUs only")
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run override for every policy, e.g. solver.time_limit_s=15")
+    ap.add_argument("--name", help="results file stem (default: family or family_quick)")
     args = ap.parse_args(argv)
     first = args.first_seed
     plan = [(range(first, first + 3), 1)] if args.quick else [
         (range(first, first + 20), 1), (range(first, first + 5), 4)]
     rows = []
     for seeds, scale in plan:
-        rows += run(list(seeds), scale)
+        rows += run(list(seeds), scale, tuple(args.set))
     result = {"rows": rows, "commit": git_commit(short=True), "machine": machine(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "command": "python -m bench.family " + " ".join(
                   sys.argv[1:] if argv is None else argv)}
-    stem = "family_quick" if args.quick else "family"
+    stem = args.name or ("family_quick" if args.quick else "family")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     md = markdown(result)
