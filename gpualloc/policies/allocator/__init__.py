@@ -153,7 +153,7 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) ->
     off online, where greedy's plan of a view wins it too often and loses
     the executed plan); and, where greedy cuts jobs that run now (online:
     preemptible jobs in the fixed cells), the allocator's own plan after
-    those cuts. Each gets the remaining work of preemptible jobs run in its
+    those cuts, and after each one alone. Each gets the remaining work of preemptible jobs run in its
     idle blocks (gpualloc.core.segments); the best by the objective the
     search maximized (discounted online) is kept. The first is never below
     the plan of whole runs."""
@@ -162,9 +162,12 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) ->
     preemptive = greedy(s, GreedyConfig()).owner
     if cfg.start_from_greedy:
         options["greedy's preemption"] = preemptive
-    after = _after_cuts(s, preemptive, cfg)
-    if after is not None:
-        options["greedy's cuts"] = after
+    cuts = _cuts(s, preemptive)
+    if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
+        options["greedy's cuts"] = _after_cuts(s, cuts, cfg)
+    if len(cuts) > 1:
+        for j, t in cuts.items():
+            options[f"greedy's cut of {s.jobs[j].id}"] = _after_cuts(s, {j: t}, cfg)
     weight = (1 - cfg.discount) ** torch.arange(s.T, dtype=torch.float64)
     values = {}
     for name, plan in options.items():
@@ -177,34 +180,37 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) ->
     return options[chosen]
 
 
-def _after_cuts(s: Scenario, cut: torch.Tensor, cfg: SolverConfig) -> torch.Tensor | None:
-    """The allocator's plan of `s` with the running preemptible jobs that
-    the plan `cut` stops stopped there too: their fixed cells end at the
-    cut, and each comes back as a new job (its restore and the rest of its
-    run, from the step after) that maps back to it. None if `cut` stops
-    none."""
+def _cuts(s: Scenario, cut: torch.Tensor) -> dict[int, int]:
+    """Running preemptible jobs (online: in the fixed cells) that the plan
+    `cut` stops, and the step it stops each at."""
     if s.fixed is None:
-        return None
-    fixed, jobs, back = s.fixed.clone(), list(s.jobs), []
+        return {}
+    out = {}
     for j in fixed_jobs(s).nonzero()[0].tolist():
-        if not s.jobs[j].preemptible:
-            continue
         mine = s.fixed == j  # (G, T): the rest of its current segment
-        length = int(mine.any(0).sum())
         kept = int(((cut == j) & mine).any(0).cumprod(0).sum())
-        if kept >= length or kept + 1 >= s.T:
-            continue
+        if s.jobs[j].preemptible and kept < int(mine.any(0).sum()) and kept + 1 < s.T:
+            out[j] = kept
+    return out
+
+
+def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig) -> torch.Tensor:
+    """The allocator's plan of `s` with these running jobs stopped at these
+    steps: their fixed cells end there, and each comes back as a new job
+    (its restore and the rest of its run, from the step after) that maps
+    back to it."""
+    fixed, jobs = s.fixed.clone(), list(s.jobs)
+    for j, kept in cuts.items():
+        mine = s.fixed == j
+        length = int(mine.any(0).sum())
         fixed[:, kept:][mine[:, kept:]] = -1
         job = s.jobs[j]
         jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
                             restart_cost=0,
                             duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
-        back.append(j)
-    if not back:
-        return None
     view = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
                     jobs=jobs, fixed=fixed)
     plan = allocator(view, dataclasses.replace(cfg, preempt=False)).owner
-    for i, j in enumerate(back):
+    for i, j in enumerate(cuts):
         plan[plan == s.J + i] = j
     return plan
