@@ -153,10 +153,10 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) ->
     off online, where greedy's plan of a view wins it too often and loses
     the executed plan); and, where greedy cuts jobs that run now (online:
     preemptible jobs in the fixed cells), the allocator's own plan after
-    those cuts, and after each one alone. Each gets the remaining work of preemptible jobs run in its
-    idle blocks (gpualloc.core.segments); the best by the objective the
-    search maximized (discounted online) is kept. The first is never below
-    the plan of whole runs."""
+    those cuts, and after each one alone. Each gets the remaining work of
+    preemptible jobs run in its idle blocks (gpualloc.core.segments); the
+    best by the objective the search maximized (discounted online) is kept.
+    The first is never below the plan of whole runs."""
     clock = time.perf_counter()
     options = {"whole runs": owner}
     preemptive = greedy(s, GreedyConfig()).owner
