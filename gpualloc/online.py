@@ -360,13 +360,17 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
         runs = _runs(planned == vj)
         if decided[vj]:  # running: its fixed cells start at 0; a cut ends them
             length = int((v.fixed == vj).any(0).sum())
-            kept = runs[0][1] if runs and runs[0][0] == 0 else 0
+            g0, k = committed.start[j][1], job.gpus
+            # Its fixed cells while the plan keeps them (a run from 0 on other
+            # GPUs is a move: a cut, and a new segment).
+            kept = runs[0][1] if runs and runs[0][0] == 0 and runs[0][2] == g0 else 0
+            kept = min(kept, length)
             if kept < length and kept < R:
-                g0, k = committed.start[j][1], job.gpus
                 cut = owner[g0:g0 + k, tau + kept:tau + length]
                 cut[cut == j] = IDLE
                 committed.end[j] = tau + kept
-            runs = runs[1:] if kept else runs
+            if kept:
+                runs = ([(kept, runs[0][1], g0)] if runs[0][1] > kept else []) + runs[1:]
         commits += [(j, job, run) for run in (runs if job.preemptible else runs[:1])
                     if run[0] < R]
     # After every cut: a segment may start where another job was cut.

@@ -314,3 +314,36 @@ def test_the_run_table_shows_preemptions_when_jobs_are_preemptible():
     assert "preemptible training (restart_cost 1)" in head
     assert "done  preempt  restore  mean wait" in cols
     assert re.search(r" 2 +7 +28 +1\.0 ", line)
+
+
+def test_online_a_running_job_moved_at_the_replan_is_cut_there():
+    # At the second replan the policy moves the running preemptible job to
+    # the other node from the view's first step (a cut and a new segment)
+    # and starts another job on the GPUs it left: the executed plan must
+    # hold both, the moved job restoring first.
+    from gpualloc.config import OnlineConfig, RunConfig
+    from gpualloc.online import online
+    from gpualloc.plan import Plan
+
+    s = _cluster([_rigid("p", 1, 0, 4, 6, preemptible=True, restart_cost=1),
+                  _rigid("q", 5, 2, 4, 3)], horizon=12, nodes=2)
+
+    def policy(v, cfg, device):
+        owner = v.fixed.clone()
+        ids = [j.id for j in v.jobs]
+        if v.name == "view@0":  # p on node 0
+            owner[0:4, 0:6] = ids.index("p")
+        elif v.name == "view@2":  # p moves to node 1 now; q takes node 0
+            p = ids.index("p")
+            owner[owner == p] = -1
+            owner[4:8, 0:v.jobs[p].duration + 1] = p
+            owner[0:4, 0:3] = ids.index("q")
+        return Plan(owner=owner)
+
+    cfg = RunConfig(mode="online", online=OnlineConfig(replan_every=2, forecast="last_day"))
+    owner = online(s, policy, cfg).owner
+    assert check(s, owner).ok, str(check(s, owner))
+    assert (owner[0:4, 2:5] == 1).all()  # q on node 0 from its arrival
+    seg = segments(s, owner)
+    assert seg.new[0].nonzero().flatten().tolist() == [0, 2]  # moved at 2
+    assert metrics(s, owner)["jobs_completed"] == 2
