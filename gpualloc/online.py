@@ -265,11 +265,12 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
+    progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
     replans = 0
     for tau in range(0, s.T, o.replan_every):
         stop = min(tau + o.replan_every, s.T)
-        if bool(s.preemptible.any()):
-            made = segments(s, owner).progress[:, :tau].sum(1)
+        if progress is not None:  # from the last trim: serving moves no rigid cell
+            made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
         obs = visible(s, tau)
         steps = s.T - tau - 1
@@ -288,7 +289,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             replans += 1
             previous = _remember(v, index, planned, tau, s)
         _commit_rigid(v, index, planned, tau, stop, owner, committed)
-        _trim_done(s, owner)
+        progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans})
@@ -394,16 +395,19 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
     return out
 
 
-def _trim_done(s: Scenario, owner: torch.Tensor) -> None:
+def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:
     """Free the cells a preemptible job holds after it is done (a view does
-    not see every restore, so a committed segment may run long)."""
+    not see every restore, so a committed segment may run long); returns the
+    (J, T) progress of the executed plan (None without preemptible jobs)."""
     if not bool(s.preemptible.any()):
-        return
-    late = segments(s, owner).after_done  # (J, T)
+        return None
+    seg = segments(s, owner)
+    late = seg.after_done  # (J, T)
     if late.any():
         j = owner.clamp(min=0)
         t = torch.arange(s.T).expand(s.G, s.T)
         owner[(owner >= 0) & late[j, t]] = IDLE
+    return seg.progress  # cells after done were not progress: trimming changes none
 
 
 def _serve(s, v, index, planned, tau, stop, owner) -> None:

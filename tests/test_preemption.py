@@ -208,6 +208,7 @@ def test_no_eviction_for_a_job_of_equal_priority():
     s = _cluster([_rigid("a", 5, 0, 4, 8, preemptible=True, restart_cost=1),
                   _rigid("b", 5, 3, 4, 3)])
     owner = greedy(s, GreedyConfig(variants=False)).owner
+    assert check(s, owner).ok
     assert (owner[:, :8] == 0).all()
 
 

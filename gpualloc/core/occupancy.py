@@ -64,11 +64,15 @@ class Occupancy:
         # A preemptible job in the fixed cells (online: it runs now, its
         # duration the rest of its run there) holds its current segment
         # there, which `cut` may end.
-        for j in np.unique(self.fixed[self.fixed >= 0]):
-            if self.lay.preemptible[j]:
-                t, g = np.nonzero(self.fixed == j)
-                self.start[j], self.first[j] = t.min(), g.min()
-                self.adopted[j] = True
+        t, g = np.nonzero(self.fixed >= 0)  # one pass over the grid
+        j = self.fixed[t, g]
+        keep = self.lay.preemptible[j]
+        t, g, j = t[keep], g[keep], j[keep]
+        if len(j):
+            self.start[j], self.first[j] = self.T, self.G
+            np.minimum.at(self.start, j, t)
+            np.minimum.at(self.first, j, g)
+            self.adopted[j] = True
 
     # ---- placements ------------------------------------------------------------------
     def restoring(self, j: int) -> int:
@@ -80,7 +84,7 @@ class Occupancy:
         progress still missing."""
         if not self.closed[j]:
             return int(self.lay.duration[j])
-        return int(self.lay.restart_cost[j]) + int(self.lay.duration[j]) - int(self.progress[j])
+        return self.restoring(j) + int(self.lay.duration[j]) - int(self.progress[j])
 
     def length(self, j: int, start: int) -> int:
         """Steps j's segment started at `start` runs inside the horizon."""
