@@ -558,6 +558,9 @@ class ExactConfig:
     nonzeros; above it, a per-pool aggregate (a weaker but still valid bound)."""
     lp_time_limit_s: float = 300.0
     """HiGHS wall-clock limit for the LP; at the limit no bound is reported."""
+    mip_time_limit_s: float = 20.0
+    """HiGHS wall-clock limit for the per-pool MIP bound
+    (gpualloc.policies.exact.mip_bound); the bound proven by then is reported."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -569,6 +572,7 @@ class ExactConfig:
         r.number("max_variables", "[1, inf)", integer=True)
         r.number("lp_max_nonzeros", "[0, inf)", integer=True)  # 0: always the per-pool bound
         r.number("lp_time_limit_s", "(0, inf]")  # inf: no limit (HiGHS's own default)
+        r.number("mip_time_limit_s", "(0, inf]")
 
 
 # ---- online (rolling-horizon) mode -----------------------------------------------------

@@ -10,7 +10,7 @@ from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  
                              RealtimeWorkloadConfig, RigidWorkloadConfig)
 from gpualloc.generate import generate  # noqa: E402
 from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
-                            lp_relaxation)
+                            lp_relaxation, mip_bound)
 from gpualloc.policies.fifo import fifo  # noqa: E402
 from gpualloc.policies.greedy import greedy  # noqa: E402
 from gpualloc.metrics import weighted_throughput  # noqa: E402
@@ -118,6 +118,23 @@ def test_lp_levels_bound_the_optimum():
     pool = lp_relaxation(s, ExactConfig(lp_max_nonzeros=0))
     assert (gpu.level, pool.level) == ("gpu", "pool")
     assert pool.value >= gpu.value - 1e-6 >= opt["objective"] - 2e-6
+    mip = mip_bound(s)
+    assert pool.value >= mip.value - 1e-6 >= opt["objective"] - 2e-6
+
+
+def test_mip_bound_is_tighter_where_gangs_fill_a_node():
+    # One 4-GPU node, two 3-GPU jobs of the whole horizon: the per-pool LP
+    # runs 4/3 of a job at every step (4 x 2 = 8); only one fits (3 x 2 = 6).
+    s = scen([(1, 4, "H")], [rigid("a", 3, 2), rigid("b", 3, 2)], horizon=2)
+    assert lp_relaxation(s, ExactConfig(lp_max_nonzeros=0)).value == pytest.approx(8.0)
+    assert mip_bound(s).value == pytest.approx(6.0)
+    assert solve(s).info["objective"] == 6.0
+
+
+def test_mip_bound_declines_preemptible_jobs():
+    s = scen([(1, 4, "H")], [rigid("a", 3, 2, preemptible=True, restart_cost=1)], horizon=2)
+    b = mip_bound(s)
+    assert b.value is None and b.status == "preemptible jobs"
 
 
 @settings(max_examples=12)
@@ -127,6 +144,12 @@ def test_oracles_on_random_scenarios(s):
     info = plan.info
     lp = info["lp_bound"]
     assert lp is not None and lp >= info["objective"] - 1e-6 * max(1.0, lp)
+    mip = mip_bound(s, ExactConfig(mip_time_limit_s=5.0)).value
+    pool = lp_relaxation(s, ExactConfig(lp_max_nonzeros=0)).value
+    assert mip is not None and pool >= mip - 1e-6 * max(1.0, mip)
+    assert mip >= info["objective"] - 1e-6 * max(1.0, mip)
+    for other in (fifo(s).owner, greedy(s).owner):
+        assert mip >= weighted_throughput(s, other) - 1e-6 * max(1.0, mip)
     if info["best_bound"] is not None:
         assert info["best_bound"] >= info["objective"] - 1e-6
     if info["optimal"]:

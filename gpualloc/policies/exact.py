@@ -14,6 +14,13 @@ The LP relaxation of that model (variables in [0, 1]) is an upper bound on
 every plan. Above `ExactConfig.lp_max_nonzeros` the bound uses a per-pool
 aggregate instead (per pool and t, the GPUs used at most the pool's free
 GPUs): it relaxes the per-GPU model further, so it is still a valid bound.
+
+The MIP bound keeps that per-pool aggregate but its starts and replica counts
+integer: a job is run whole or not at all, at one start, in one pool. Node
+and GPU boundaries are still dropped, so its optimum bounds every plan; HiGHS's
+branch and bound proves a bound on that optimum within a time limit, which is
+at most the LP's (its root is the LP plus cuts). It is tighter where gangs
+compete for most of a pool, which the LP fills with fractions of jobs.
 """
 from __future__ import annotations
 
@@ -338,6 +345,22 @@ def lp_relaxation(s: Scenario, cfg: ExactConfig | None = None, m: Model | None =
                    seconds=time.perf_counter() - start, status=status)
 
 
+def mip_bound(s: Scenario, cfg: ExactConfig | None = None) -> LPBound:
+    """The per-pool MIP's proven bound after `cfg.mip_time_limit_s` (level
+    "pool-mip"); value None when HiGHS proved none in time, or when jobs are
+    preemptible (a job's segments may run in several pools, which the
+    one-start model cannot hold)."""
+    cfg = cfg or ExactConfig()
+    start = time.perf_counter()
+    if bool(s.preemptible.any()):
+        return LPBound(value=None, level="pool-mip", seconds=0.0, status="preemptible jobs")
+    c, rows, cols, vals, upper, col_upper, constant = _pool_lp(s)
+    value, status = _solve_lp(c, rows, cols, vals, upper, col_upper, cfg.mip_time_limit_s,
+                              integer=True)
+    return LPBound(value=None if value is None else value + constant, level="pool-mip",
+                   seconds=time.perf_counter() - start, status=status)
+
+
 def _small_model(s: Scenario, cfg: ExactConfig) -> Model | None:
     """The per-GPU model when it is small enough to build: estimated first."""
     est = 0
@@ -474,8 +497,10 @@ def _highs(highspy):
         os.close(saved)
 
 
-def _solve_lp(c, rows, cols, vals, upper, col_upper, time_limit: float):
-    """max c.x subject to A x <= upper, 0 <= x <= col_upper (A in COO), with HiGHS."""
+def _solve_lp(c, rows, cols, vals, upper, col_upper, time_limit: float, integer: bool = False):
+    """max c.x subject to A x <= upper, 0 <= x <= col_upper (A in COO), with
+    HiGHS: the optimum, or with `integer` (x integer) the best proven bound,
+    which holds at a time limit too."""
     import highspy
 
     n = len(c)
@@ -502,8 +527,14 @@ def _solve_lp(c, rows, cols, vals, upper, col_upper, time_limit: float):
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.passModel(lp)
+    if integer:
+        h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                np.full(n, 1, dtype=np.uint8))  # 1: kInteger
     h.run()
     status = h.modelStatusToString(h.getModelStatus())
+    if integer:
+        bound = float(h.getInfo().mip_dual_bound)
+        return (bound, status) if np.isfinite(bound) else (None, status)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None, status
     return float(h.getInfo().objective_function_value), status
