@@ -409,6 +409,10 @@ class SolverConfig:
     local_search_patience: int = 300
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
+    local_search_accept_worse: float = 0.0
+    """Threshold accepting: a move may lower the objective by up to this share
+    of the best value, shrinking to 0 as the moves or the time run out; the
+    best plan seen is returned (0: only moves that keep or raise it)."""
     time_limit_s: Optional[float] = 1.0
     """Wall-clock budget in seconds for the allocator's local search (an anytime
     budget: the search stops at the limit, the iteration cap or its patience,
@@ -474,6 +478,7 @@ class SolverConfig:
         r.numbers("rounding_thresholds", "[0, 1]")
         r.number("local_search_iters", "[0, inf)", integer=True)
         r.number("local_search_patience", "[0, inf)", integer=True)
+        r.number("local_search_accept_worse", "[0, 1)")
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
         r.pair("ruin_window", "[1, inf)", integer=True)

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,4 +146,31 @@ def test_local_search_returns_the_earliest_plan_of_its_best_value():
     stats = improve(sched, 30, seed=0)
     assert stats.end_value == before == sched.value()
     assert sched.start.tolist() == [0, 3]
+    assert check(s, sched.owner()).ok
+
+
+@pytest.mark.parametrize("accept_worse", [0.0, 0.05])
+def test_local_search_with_threshold_accepting_returns_the_best_plan_it_saw(accept_worse):
+    # With a generous threshold the walk goes below its start; what comes
+    # back is still the best plan seen, never below the start, and feasible.
+    from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
+                                 RigidWorkloadConfig)
+    from gpualloc.generate import generate
+    from gpualloc.policies.allocator.repair import build
+    from gpualloc.policies.allocator.search import improve
+
+    s = generate(GeneratedScenarioConfig(
+        name="walk", horizon=24, pools=[PoolConfig("h", 2, 8, "H100", 80.0),
+                                        PoolConfig("l", 2, 4, "L40S", 48.0)],
+        training=RigidWorkloadConfig(count=6, gpus=[1, 2, 4, 8], duration_median_hours=6.0),
+        batch_inference=RigidWorkloadConfig(count=12, gpus=[1, 2, 3, 4],
+                                            duration_median_hours=3.0),
+        quantization=RigidWorkloadConfig(count=6, gpus=[1, 2, 4], duration_median_hours=2.0),
+        realtime_inference=RealtimeWorkloadConfig(services=2, gpus=[1, 2],
+                                                  peak_replicas=[2, 4])), 3)
+    sched = build(s, sorted(range(s.J), key=lambda j: -s.jobs[j].priority))
+    before = sched.value()
+    stats = improve(sched, 400, seed=1, accept_worse=accept_worse)
+    assert stats.end_value == pytest.approx(sched.value()) and stats.end_value >= before - 1e-9
+    assert (stats.worse > 0) == (accept_worse > 0)
     assert check(s, sched.owner()).ok

@@ -349,7 +349,8 @@ def mip_bound(s: Scenario, cfg: ExactConfig | None = None) -> LPBound:
     """The per-pool MIP's proven bound after `cfg.mip_time_limit_s` (level
     "pool-mip"); value None when HiGHS proved none in time, or when jobs are
     preemptible (a job's segments may run in several pools, which the
-    one-start model cannot hold)."""
+    one-start model cannot hold). A limit that hits before HiGHS has solved
+    its root LP leaves a bound weaker than the LP's: use the smaller."""
     cfg = cfg or ExactConfig()
     start = time.perf_counter()
     if bool(s.preemptible.any()):

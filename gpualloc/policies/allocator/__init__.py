@@ -132,6 +132,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
                         demand_aware=cfg.demand_aware, guide=guide,
                         patience=cfg.local_search_patience,
                         time_limit_s=getattr(cfg, "time_limit_s", None),
+                        accept_worse=cfg.local_search_accept_worse,
                         progress=None if bar.disable else tick)
         bar.close()
         info["local_search"] = vars(stats)

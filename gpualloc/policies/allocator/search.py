@@ -21,6 +21,8 @@ class SearchStats:
     iterations: int = 0
     accepted: int = 0
     improved: int = 0
+    worse: int = 0
+    """Accepted moves that lowered the objective (accept_worse > 0 only)."""
     start_value: float = 0.0
     end_value: float = 0.0
     stopped_by: str = "iterations"
@@ -30,7 +32,8 @@ class SearchStats:
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
             guide: tuple[list[float], list[int]] | None = None, patience: int = 0,
-            time_limit_s: float | None = None, progress=None) -> SearchStats:
+            time_limit_s: float | None = None, accept_worse: float = 0.0,
+            progress=None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
@@ -41,7 +44,12 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
       (per job: the share of it the relaxation ran, its relaxed start), jobs
       it ran are picked more often, half the time at their relaxed start.
     Then every removed and waiting job goes back, earliest fit, in priority
-    order perturbed by noise. A move that lowers the objective is undone.
+    order perturbed by noise. A move that lowers the objective is undone,
+    unless `accept_worse` > 0: then a move may lower it by up to that share of
+    the best value, a threshold that shrinks to 0 over the first half of the
+    moves or the time (threshold accepting, so the walk can leave a local
+    optimum; patience counts only after it); the best plan seen is what the
+    search returns.
     With `patience`, the search stops after that many moves in a row without
     a strict improvement; with `time_limit_s`, when that many seconds have
     passed (anytime: the plan only improves with more time, but a run that
@@ -51,14 +59,17 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
     priority, arrival = lay.priority.tolist(), lay.arrival.tolist()
     stats = SearchStats(start_value=sched.value())
     best = stats.start_value
-    # The walk moves freely across plans of equal value; what it returns is
-    # the best it saw, ties going to the earliest.
+    # The walk moves freely across plans of equal value (and, with
+    # accept_worse, below the best); what it returns is the best it saw, ties
+    # going to the earliest: `kept` holds it when the walk is elsewhere.
     kept, kept_early = None, sched.earliness()
+    current = best
+    annealing = accept_worse > 0  # patience waits until the threshold is 0
     n_nodes = len(s.node_first_gpu)
     stale = 0
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     for it in range(iterations):
-        if patience and stale >= patience:
+        if patience and stale >= patience and not annealing:
             stats.stopped_by = "patience"
             break
         if deadline is not None and time.perf_counter() >= deadline:
@@ -119,18 +130,33 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             sched.fill_elastic(lo, hi)
         value = sched.value()
         stats.iterations += 1
-        if value >= best - 1e-9:
+        slack = 0.0
+        if annealing:
+            used = (it + 1) / iterations
+            if deadline is not None:
+                used = max(used, 1 - (deadline - time.perf_counter()) / time_limit_s)
+            # Down to 0 over the first half of the budget; the second half
+            # climbs from wherever the walk is, with patience.
+            slack = accept_worse * abs(best) * max(0.0, 1 - 2 * used)
+            if slack == 0.0:
+                annealing, stale = False, 0
+        if value >= current - slack - 1e-9:
             stats.accepted += 1
             early = sched.earliness()
             if value > best + 1e-9:
                 stats.improved += 1
                 stale = 0
                 kept, kept_early = None, early
+                best = value
+            elif value < best - 1e-9:
+                if kept is None:
+                    kept = snap  # the plan before this move was the best
             elif early > kept_early:
                 kept, kept_early = None, early
             elif early < kept_early and kept is None:
                 kept = snap  # the plan before this move: as good, and earlier
-            best = value
+            stats.worse += value < current - 1e-9
+            current = value
         else:
             sched.restore(snap)
         if progress is not None:
