@@ -411,8 +411,9 @@ class SolverConfig:
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
     local_search_accept_worse: float = 0.0
     """Threshold accepting: a move may lower the objective by up to this share
-    of the best value, shrinking to 0 as the moves or the time run out; the
-    best plan seen is returned (0: only moves that keep or raise it)."""
+    of the best value, shrinking to 0 over the first half of the moves or the
+    time (patience counts only after that); the best plan seen is returned
+    (0: only moves that keep or raise it). solver=quality sets 0.003."""
     time_limit_s: Optional[float] = 1.0
     """Wall-clock budget in seconds for the allocator's local search (an anytime
     budget: the search stops at the limit, the iteration cap or its patience,

@@ -19,8 +19,9 @@ The MIP bound keeps that per-pool aggregate but its starts and replica counts
 integer: a job is run whole or not at all, at one start, in one pool. Node
 and GPU boundaries are still dropped, so its optimum bounds every plan; HiGHS's
 branch and bound proves a bound on that optimum within a time limit, which is
-at most the LP's (its root is the LP plus cuts). It is tighter where gangs
-compete for most of a pool, which the LP fills with fractions of jobs.
+at most the LP's once its root (the LP plus cuts) is solved; a limit that hits
+before may leave a weaker one. It is tighter where gangs compete for most of
+a pool, which the LP fills with fractions of jobs.
 """
 from __future__ import annotations
 
