@@ -409,11 +409,16 @@ class SolverConfig:
     local_search_patience: int = 300
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
-    local_search_accept_worse: float = 0.0
-    """Threshold accepting: a move may lower the objective by up to this share
-    of the best value, shrinking to 0 over the first half of the moves or the
-    time (patience counts only after that); the best plan seen is returned
-    (0: only moves that keep or raise it). solver=quality sets 0.003."""
+    local_search_anneal_iters: int = 0
+    """Moves of a second walk from the first one's best plan, with threshold
+    accepting (local_search_accept_worse), within what is left of
+    time_limit_s; it returns the best plan it saw, so it never lowers the
+    first walk's (0: none)."""
+    local_search_accept_worse: float = 0.003
+    """Threshold accepting in the second walk: a move may lower the objective
+    by up to this share of the best value, shrinking to 0 over the first half
+    of its moves or time (its patience counts only after that; 0: only moves
+    that keep or raise it)."""
     time_limit_s: Optional[float] = 1.0
     """Wall-clock budget in seconds for the allocator's local search (an anytime
     budget: the search stops at the limit, the iteration cap or its patience,
@@ -479,6 +484,7 @@ class SolverConfig:
         r.numbers("rounding_thresholds", "[0, 1]")
         r.number("local_search_iters", "[0, inf)", integer=True)
         r.number("local_search_patience", "[0, inf)", integer=True)
+        r.number("local_search_anneal_iters", "[0, inf)", integer=True)
         r.number("local_search_accept_worse", "[0, 1)")
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
@@ -611,8 +617,9 @@ class OnlineConfig:
     capacity in the plan and are never run."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
-    fifth of it; solver.local_search_iters when lower): a replan's plan is
-    kept only until the next one."""
+    fifth of it; solver.local_search_iters when lower, and the same cap on
+    solver.local_search_anneal_iters): a replan's plan is kept only until the
+    next one."""
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1,6 +1,8 @@
+from dataclasses import replace
+
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpualloc.policies.allocator import allocator, relax, round_starts
@@ -174,3 +176,34 @@ def test_local_search_with_threshold_accepting_returns_the_best_plan_it_saw(acce
     assert stats.end_value == pytest.approx(sched.value()) and stats.end_value >= before - 1e-9
     assert (stats.worse > 0) == (accept_worse > 0)
     assert check(s, sched.owner()).ok
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_second_walk_never_lowers_the_climb(seed):
+    # local_search_anneal_iters: a second walk from the same start, taking
+    # worse moves early on; the better of the two plans is kept. Without a
+    # clock both runs are repeatable, so the climb's value is a floor.
+    from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
+                                 RigidWorkloadConfig)
+    from gpualloc.generate import generate
+
+    s = generate(GeneratedScenarioConfig(
+        name="walks", horizon=24, pools=[PoolConfig("h", 2, 8, "H100", 80.0),
+                                         PoolConfig("l", 2, 4, "L40S", 48.0)],
+        training=RigidWorkloadConfig(count=6, gpus=[1, 2, 4, 8, 12], duration_median_hours=6.0),
+        batch_inference=RigidWorkloadConfig(count=12, gpus=[1, 2, 3, 4],
+                                            duration_median_hours=3.0),
+        quantization=RigidWorkloadConfig(count=6, gpus=[1, 2, 4], duration_median_hours=2.0),
+        realtime_inference=RealtimeWorkloadConfig(services=2, gpus=[1, 2],
+                                                  peak_replicas=[2, 4])), seed)
+    base = SolverConfig(iterations=10, local_search_iters=60, local_search_patience=20,
+                        time_limit_s=None, progress=False, seed=seed)
+    climb = allocator(s, base)
+    both = allocator(s, replace(base, local_search_anneal_iters=200,
+                                local_search_accept_worse=0.02))
+    assert check(s, both.owner).ok
+    assert both.info["anneal"]["iterations"] > 0
+    assert weighted_throughput(s, both.owner) >= weighted_throughput(s, climb.owner) - 1e-6
+    if not both.info["anneal"]["kept"]:
+        assert torch.equal(both.owner, climb.owner)

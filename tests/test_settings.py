@@ -51,6 +51,7 @@ BAD = [
     ("solver.local_search_patience=-1", "must be an integer >= 0"),
     ("solver.local_search_accept_worse=-0.1", "must be in [0, 1)"),
     ("solver.local_search_accept_worse=1", "must be in [0, 1)"),
+    ("solver.local_search_anneal_iters=-1", "must be an integer >= 0"),
     ("solver.time_limit_s=0", "must be > 0 or null"),
     ("solver.time_limit_s=-5", "must be > 0 or null"),
     ("solver.ruin_window=[0,4]", "must be two integers [a, b] with 1 <= a <= b"),
@@ -213,12 +214,11 @@ def test_valid_edges_pass(build, group):
 
 def test_quality_preset_overrides_the_search_only(build):
     default, quality = build(*FILE).solver, build(*FILE, "solver=quality").solver
-    assert (quality.local_search_iters, quality.local_search_patience,
-            quality.local_search_accept_worse, quality.time_limit_s) == (4000, 1000, 0.003, 2.0)
-    assert default.local_search_accept_worse == 0.0
+    assert (quality.local_search_patience, quality.local_search_anneal_iters,
+            quality.local_search_accept_worse, quality.time_limit_s) == (1000, 8000, 0.003, 3.0)
+    assert default.local_search_anneal_iters == 0
     changed = {k for k, v in vars(quality).items() if vars(default)[k] != v}
-    assert changed == {"local_search_iters", "local_search_patience",
-                       "local_search_accept_worse", "time_limit_s"}
+    assert changed == {"local_search_patience", "local_search_anneal_iters", "time_limit_s"}
 
 
 def test_edges_run(build, tmp_path):

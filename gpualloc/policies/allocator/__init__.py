@@ -22,7 +22,10 @@
    online, the last replan's plan compete; the best plan goes on.
 4. Improve (search.py): local search on the exact objective (ruin and
    recreate, and forcing in waiting jobs the relaxation wanted), never
-   accepting a worse plan, within its move cap, patience and time budget.
+   accepting a worse plan, within its move cap, patience and time budget;
+   then, with `local_search_anneal_iters`, a second walk from its best plan
+   that may take worse moves early on (threshold accepting) and returns
+   the best plan it saw.
    Offline, greedy's plan is returned when the search ends below it.
 
 Guaranteed real-time replicas (rule 4) are fixed before all of this
@@ -121,21 +124,36 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        bar = progress.bar(total=cfg.local_search_iters, desc=f"search {s.name}", unit="move",
-                           leave=False, disable=not cfg.progress)
+        bar = progress.bar(total=cfg.local_search_iters + cfg.local_search_anneal_iters,
+                           desc=f"search {s.name}", unit="move", leave=False,
+                           disable=not cfg.progress)
 
         def tick(_, value):
             bar.set_postfix(objective=f"{value:.0f}", refresh=False)
             bar.update()
 
-        stats = improve(sched, cfg.local_search_iters, cfg.seed, tuple(cfg.ruin_window),
-                        demand_aware=cfg.demand_aware, guide=guide,
-                        patience=cfg.local_search_patience,
-                        time_limit_s=getattr(cfg, "time_limit_s", None),
-                        accept_worse=cfg.local_search_accept_worse,
-                        progress=None if bar.disable else tick)
+        limit = getattr(cfg, "time_limit_s", None)
+        search = dict(window=tuple(cfg.ruin_window), demand_aware=cfg.demand_aware, guide=guide,
+                      patience=cfg.local_search_patience,
+                      progress=None if bar.disable else tick)
+        start = sched.snapshot() if cfg.local_search_anneal_iters else None
+        climb = improve(sched, cfg.local_search_iters, cfg.seed, time_limit_s=limit, **search)
+        info["local_search"] = vars(climb)
+        left = None if limit is None else limit - (time.perf_counter() - clock)
+        if start is not None and (left is None or left > 0):
+            # A second walk from the same start that may go downhill early on
+            # (threshold accepting): from the repaired plan it found more than
+            # from the climb's local optimum (broad family, tuning seeds). The
+            # better walk's plan is kept, so the climb's is a floor.
+            climbed = sched.snapshot()
+            sched.restore(start)
+            anneal = improve(sched, cfg.local_search_anneal_iters, cfg.seed + 1,
+                             time_limit_s=left, accept_worse=cfg.local_search_accept_worse,
+                             **search)
+            if anneal.end_value <= climb.end_value + 1e-9:
+                sched.restore(climbed)
+            info["anneal"] = dict(vars(anneal), kept=anneal.end_value > climb.end_value + 1e-9)
         bar.close()
-        info["local_search"] = vars(stats)
         owner = sched.owner()
         if reference is not None and not cfg.discount and (
                 weighted_throughput(s, reference) > weighted_throughput(s, owner)):

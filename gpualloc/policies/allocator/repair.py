@@ -25,7 +25,7 @@ import torch
 from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
-from gpualloc.core.insert import insert_serial
+from gpualloc.core.insert import insert_serial, unplace
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
@@ -88,6 +88,32 @@ class Schedule:
         self.guard.take(int(self.lay.gpu_pool[first]), start, start + self.length(j, start),
                         -int(self.lay.gpus[j]))
         self.occ.remove(j)
+
+    def _runs(self, jobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The placed jobs of `jobs`, their starts and ends."""
+        jobs = np.asarray(jobs, dtype=np.int64)
+        jobs = jobs[self.occ.start[jobs] >= 0]
+        start = self.occ.start[jobs]
+        if self.occ.closed[jobs].any():  # segments: their own lengths
+            end = np.array([s + self.length(j, s) for j, s in zip(jobs.tolist(), start.tolist())],
+                           dtype=np.int64)
+        else:
+            end = start + np.minimum(self.lay.duration[jobs], self.T - start)
+        return jobs, start, end
+
+    def span(self, jobs, lo: int, hi: int) -> tuple[int, int]:
+        """[lo, hi) widened to the runs of the placed jobs of `jobs`."""
+        _, start, end = self._runs(jobs)
+        if len(start):
+            lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
+        return lo, hi
+
+    def remove_all(self, jobs) -> None:
+        """`remove` for each placed job of `jobs`, in one compiled call."""
+        occ, guard, lay = self.occ, self.guard, self.lay
+        jobs, _, end = self._runs(jobs)
+        unplace(jobs, end, occ.busy, occ.owner, occ.run, occ.start, occ.first, guard.slack,
+                guard.subset_pools, lay.gpu_pool, lay.gpus)
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind
@@ -180,8 +206,7 @@ class Schedule:
         first = int(blocks[b])
         held = self.occ.owner[start:end, first:first + k]
         victims = np.unique(held[held >= 0]).tolist()
-        for v in victims:
-            self.remove(v)
+        self.remove_all(victims)
         self.place(j, start, first)
         return victims
 

@@ -109,11 +109,8 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             if ruin_nodes is not None:
                 inside &= np.isin(lay.gpu_node[np.maximum(sched.first, 0)], list(ruin_nodes))
             removed = np.nonzero(inside)[0].tolist()
-        for j in removed:
-            if sched.start[j] >= 0:
-                lo = min(lo, sched.start[j])
-                hi = max(hi, sched.start[j] + sched.length(j, sched.start[j]))
-                sched.remove(j)
+        lo, hi = sched.span(removed, lo, hi)
+        sched.remove_all(removed)
         gone = set(removed)
         others = [j for j in sched.waiting() if j not in gone and arrival[j] < window_end]
         if len(others) > max_waiting:
@@ -122,10 +119,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         key = {j: -priority[j] + noise * rng.random() for j in candidates}
         candidates.sort(key=lambda j: key[j])
         sched.insert_all(candidates, demand_aware)
-        for j in candidates:
-            if sched.start[j] >= 0:
-                lo = min(lo, sched.start[j])
-                hi = max(hi, sched.start[j] + sched.length(j, sched.start[j]))
+        lo, hi = sched.span(candidates, lo, hi)
         if hi > lo:
             sched.fill_elastic(lo, hi)
         value = sched.value()
