@@ -410,10 +410,10 @@ class SolverConfig:
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
     local_search_anneal_iters: int = 0
-    """Moves of a second walk from the first one's best plan, with threshold
-    accepting (local_search_accept_worse), within what is left of
-    time_limit_s; it returns the best plan it saw, so it never lowers the
-    first walk's (0: none)."""
+    """Moves of a second walk from the same repaired plan as the first, with
+    threshold accepting (local_search_accept_worse), within what is left of
+    time_limit_s; the better of the two walks' plans is kept, so it never
+    lowers the first walk's (0: none)."""
     local_search_accept_worse: float = 0.003
     """Threshold accepting in the second walk: a move may lower the objective
     by up to this share of the best value, shrinking to 0 over the first half
@@ -617,9 +617,12 @@ class OnlineConfig:
     capacity in the plan and are never run."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
-    fifth of it; solver.local_search_iters when lower, and the same cap on
-    solver.local_search_anneal_iters): a replan's plan is kept only until the
-    next one."""
+    fifth of it; solver.local_search_iters when lower): a replan's plan is
+    kept only until the next one."""
+    anneal_moves: int = 500
+    """Moves of the allocator's second walk per replan (threshold accepting
+    from the repaired plan, the better plan kept; what
+    solver.local_search_anneal_iters is offline). 0: none."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -628,6 +631,7 @@ class OnlineConfig:
         r = _Rules(self, at)
         r.number("discount", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
+        r.number("anneal_moves", "[0, inf)", integer=True)
         r.one_of("arrivals", ARRIVALS)
         r.number("replan_every", "[1, inf)", integer=True)
         r.one_of("forecast", FORECASTS)

@@ -258,8 +258,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         # (measured on the Alibaba week: +3.0% against +13.4% over FIFO).
         cfg.solver.start_from_greedy = False
         cfg.solver.local_search_iters = min(cfg.solver.local_search_iters, o.search_moves)
-        cfg.solver.local_search_anneal_iters = min(cfg.solver.local_search_anneal_iters,
-                                                   o.search_moves)
+        cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
     oracle = Oracle(s) if o.forecast == "oracle" else None

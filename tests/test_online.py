@@ -273,3 +273,30 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     s = generate(g, 0)
     plan, views = run_online(s, forecast_, 2, ONLINE_POLICIES[name])
     assert check(s, plan.owner).ok and len(views) == 12
+
+
+@pytest.mark.parametrize("moves", [0, 40])
+def test_each_replan_gets_the_online_search_settings(moves):
+    # online.search_moves caps the first walk, online.anneal_moves sets the
+    # second (offline settings do not leak into the replans).
+    from gpualloc.config import SolverConfig
+    from gpualloc.policies.allocator import allocator
+
+    seen = []
+
+    def spy(view, c, device="cpu"):
+        seen.append((c.solver.local_search_iters, c.solver.local_search_anneal_iters))
+        plan = allocator(view, c.solver, device)
+        assert ("anneal" in plan.info) == (moves > 0)
+        return plan
+
+    s = from_dict({"name": "two", "horizon": 8, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
+                  "gpus": 2, "duration": 3} for i in range(4)]})
+    c = cfg("last_day", 2, search_moves=30, anneal_moves=moves)
+    c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
+                            progress=False)
+    plan = online(s, spy, c)
+    assert check(s, plan.owner).ok
+    assert seen and set(seen) == {(30, moves)}
