@@ -619,10 +619,12 @@ class OnlineConfig:
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
     kept only until the next one."""
-    anneal_moves: int = 500
+    anneal_moves: int = 0
     """Moves of the allocator's second walk per replan (threshold accepting
     from the repaired plan, the better plan kept; what
-    solver.local_search_anneal_iters is offline). 0: none."""
+    solver.local_search_anneal_iters is offline). 0: none. 500 raised the
+    online gain on tuning seeds 3-9 (+48.15% -> +48.48%) but not on seeds
+    0-2 (+47.5% -> +47.4%) and doubles the run (bench/results/online_anneal.md)."""
 
     def __post_init__(self) -> None:
         self.validate()
