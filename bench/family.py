@@ -2,6 +2,7 @@
 
     python -m bench.family                    # 20 seeds at 64 GPUs, 5 at 256 -> bench/results/family.{md,json}
     python -m bench.family --quick            # 3 seeds at 64 GPUs
+    python -m bench.family --sizes 32:10 512:3 --name family_sizes   # other sizes
     python -m bench.family --set solver=quality --name family_quality \
         --bounds-from bench/results/family.json   # other settings, the bounds of an earlier run
 
@@ -42,23 +43,26 @@ POLICY_ORDER = ["fifo", "backfill", "greedy", "allocator"]
 LP_SECONDS = 20.0
 
 
-def family(scale: int, overrides: tuple[str, ...] = ()):
+def family(scale: float, overrides: tuple[str, ...] = ()):
     """The broad family's run config at `scale` x 64 GPUs (`overrides`: as on
-    the command line of a run)."""
+    the command line of a run): node, job and service counts times `scale`,
+    rounded (at least one of each)."""
     cfg = composed("+scenario=broad", "solver.progress=false", *overrides)
     sc = cfg.scenario
-    if scale > 1:
-        sc.name = f"broad_{64 * scale}"
-        sc.pools = [replace(p, count=p.count * scale) for p in sc.pools]
+    if scale != 1:
+        def times(n: int) -> int:
+            return max(1, round(n * scale))
+        sc.pools = [replace(p, count=times(p.count)) for p in sc.pools]
+        sc.name = f"broad_{sum(p.count * p.gpus_per_node for p in sc.pools)}"
         for kind in ("training", "batch_inference", "quantization"):
             w = getattr(sc, kind)
-            setattr(sc, kind, replace(w, count=w.count * scale))
+            setattr(sc, kind, replace(w, count=times(w.count)))
         sc.realtime_inference = replace(sc.realtime_inference,
-                                        services=sc.realtime_inference.services * scale)
+                                        services=times(sc.realtime_inference.services))
     return cfg
 
 
-def run(seeds: list[int], scale: int, overrides: tuple[str, ...] = (),
+def run(seeds: list[int], scale: float, overrides: tuple[str, ...] = (),
         bounds: dict | None = None) -> list[dict]:
     torch.set_num_threads(1)
     cfg = family(scale, overrides)
@@ -145,12 +149,20 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a run override for every policy, e.g. solver.time_limit_s=15")
     ap.add_argument("--name", help="results file stem (default: family or family_quick)")
+    ap.add_argument("--sizes", nargs="+", metavar="GPUS:SEEDS",
+                    help="cluster sizes (multiples of 32 GPUs) and seeds per size, "
+                         "e.g. 32:10 512:3 (default 64:20 256:5; --quick 64:3)")
     ap.add_argument("--bounds-from", type=Path, metavar="JSON",
                     help="reuse the bounds of an earlier results file for the same scenarios")
     args = ap.parse_args(argv)
     first = args.first_seed
-    plan = [(range(first, first + 3), 1)] if args.quick else [
-        (range(first, first + 20), 1), (range(first, first + 5), 4)]
+    sizes = args.sizes or (["64:3"] if args.quick else ["64:20", "256:5"])
+    plan = []
+    for size in sizes:
+        gpus, _, n = size.partition(":")
+        if not (gpus.isdigit() and n.isdigit() and int(gpus) % 32 == 0 and int(gpus) > 0):
+            ap.error(f"--sizes {size}: expected GPUS:SEEDS, GPUS a multiple of 32")
+        plan.append((range(first, first + int(n)), int(gpus) / 64))
     bounds = None
     if args.bounds_from:
         bounds = {(r["gpus"], r["seed"]): r for r in json.loads(args.bounds_from.read_text())["rows"]

@@ -65,3 +65,18 @@ def test_markdown_of_a_cuda_row(speed):
     text = speed.markdown(report)
     assert "| 4096 x 10000 x 336 | 4000 | 27.60 | 50.00 | 1.81 | 60.00 | 2.17 |" in text
     assert "torch.cuda.max_memory_allocated" in text
+
+
+def test_broad_family_scales_from_32_to_512_gpus():
+    from bench.family import family
+
+    sizes = {}
+    for scale in (0.5, 1, 4, 8):
+        sc = family(scale).scenario
+        s = generate(sc, 100)
+        sizes[scale] = (s.G, len(sc.pools), sc.training.count, sc.realtime_inference.services)
+        assert sc.name == ("broad" if scale == 1 else f"broad_{s.G}")
+    assert [sizes[k][0] for k in (0.5, 1, 4, 8)] == [32, 64, 256, 512]
+    # Counts scale with the cluster: 256 GPUs is four 64-GPU clusters' worth.
+    assert sizes[4][2:] == (4 * sizes[1][2], 4 * sizes[1][3])
+    assert sizes[0.5][2] == round(0.5 * sizes[1][2]) and sizes[0.5][3] >= 1
