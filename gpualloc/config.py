@@ -619,6 +619,13 @@ class OnlineConfig:
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
     kept only until the next one."""
+    fill_between: bool = True
+    """Between replans, start rigid jobs that arrived since the last one at
+    the first step a block is free for their whole run (in the executed plan
+    and the last plan), where the forecast real-time demand still fits, as a
+    scheduler's backfill pass would (no effect with replan_every=1). On
+    tuning seeds 3-9 (replan every 6) it raised greedy's and the allocator's
+    online gains by about 1.2-1.4 points each."""
     anneal_moves: int = 0
     """Moves of the allocator's second walk per replan (threshold accepting
     from the repaired plan, the better plan kept; what

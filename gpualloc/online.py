@@ -62,6 +62,7 @@ from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.policies import POLICIES, Policy
+from gpualloc.policies.allocator.repair import Schedule
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
 ONLINE_BY_NATURE = ("fifo",)
@@ -290,6 +291,8 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             replans += 1
             previous = _remember(v, index, planned, tau, s)
         _commit_rigid(v, index, planned, tau, stop, owner, committed)
+        if o.fill_between:
+            _fill_between(s, o, oracle, tau, stop, previous, committed, owner)
         progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
@@ -394,6 +397,50 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
         else:
             out.append((t, t + 1, g))
     return out
+
+
+def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
+                  previous: torch.Tensor | None, committed: Committed,
+                  owner: torch.Tensor) -> None:
+    """Between two replans, as a scheduler's backfill pass would: at each
+    step t of the window, a rigid job that arrived after tau starts at t if
+    a block is free for its whole run, in the executed plan and in the last
+    plan (its placements of jobs not yet started are held), where the
+    forecast real-time demand still fits; highest priority first. Decided
+    from what is known at t (its view is built like a replan's)."""
+    for t in range(tau + 1, stop):
+        new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
+               and not s.jobs[j].preemptible and j not in committed.start
+               and not bool(s.unplaceable[j])]
+        if not new:
+            continue
+        obs = visible(s, t)
+        steps = s.T - t - 1
+        future = (oracle(obs, steps) if oracle is not None
+                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
+        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G)
+        sched = Schedule(v)
+        to_view = {j: vj for vj, j in enumerate(index)}
+        if previous is not None:
+            grid = previous[:, t:]
+            for j in torch.unique(grid[grid >= 0]).tolist():
+                if j in committed.start or j not in to_view:
+                    continue
+                gpus, steps_ = (grid == j).nonzero(as_tuple=True)
+                start, first = int(steps_.min()), int(gpus.min())
+                vj, k = to_view[j], s.jobs[j].gpus
+                end = start + sched.length(vj, start)
+                if first + k <= s.G and not sched.busy[start:end, first:first + k].any():
+                    sched.place(vj, start, first)
+        for j in priority_order(s, new):
+            vj = to_view[j]
+            first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
+            if first is None:
+                continue
+            sched.place(vj, 0, first)
+            end = min(t + s.jobs[j].duration, s.T)
+            owner[first:first + s.jobs[j].gpus, t:end] = j
+            committed.start[j], committed.end[j] = (t, first), end
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:

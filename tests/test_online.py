@@ -300,3 +300,29 @@ def test_each_replan_gets_the_online_search_settings(moves):
     plan = online(s, spy, c)
     assert check(s, plan.owner).ok
     assert seen and set(seen) == {(30, moves)}
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
+    # One 8-GPU node, a replan every 6 steps. At 0 the plan runs `first` on
+    # 4 GPUs over 0-7 and holds `big` (8 GPUs) at 7. `short` arrives at 1 and
+    # fits on the free GPUs before 7: the fill starts it at 1 (without the
+    # fill it waits for the replan at 6, and then for big). `long` arrives at 1 too but would
+    # run into big's held block: it waits, and big keeps its start.
+    s = from_dict({"name": "fill", "horizon": 16, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [
+            {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 4,
+             "duration": 7},
+            {"id": "big", "kind": "training", "priority": 8, "arrival": 0, "gpus": 8,
+             "duration": 3},
+            {"id": "short", "kind": "batch_inference", "priority": 1, "arrival": 1, "gpus": 2,
+             "duration": 5},
+            {"id": "long", "kind": "batch_inference", "priority": 2, "arrival": 1, "gpus": 2,
+             "duration": 8}]})
+    plan, _ = run_online(s, "last_day", 6, fill_between=fill)
+    assert check(s, plan.owner).ok
+    first = dict(zip([j.id for j in s.jobs], starts(s, plan.owner).tolist()))
+    assert first["first"] == 0 and first["big"] == 7
+    assert first["short"] == 1 if fill else first["short"] >= 6
+    assert first["long"] >= 6
