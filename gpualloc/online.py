@@ -34,6 +34,11 @@ are executed:
   allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
   there; once stopped, it waits in the view with its remaining progress
   plus its restore as its duration;
+- between two replans (`online.fill_between`, on by default), at each step
+  t a rigid job that arrived after tau starts at t if a block is free for
+  its whole run, in the executed plan and in the last plan (which holds its
+  placements of waiting jobs), where the forecast real-time demand still
+  fits: a scheduler's backfill pass, decided from what is known at t;
 - real-time capacity reacts to the *actual* demand at each timestep (an
   autoscaler): a service keeps its planned replicas up to its actual demand
   (lowest blocks first) and releases the rest; unmet actual demand then takes
@@ -418,7 +423,11 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         steps = s.T - t - 1
         future = (oracle(obs, steps) if oracle is not None
                   else forecast(o.forecast, obs, steps, o, s.step_minutes))
-        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G)
+        now = committed
+        if bool(s.preemptible.any()):  # segments committed at tau: their progress by t
+            made = segments(s, owner).progress[:, :t].sum(1)
+            now = replace(committed, progress={j: int(made[j]) for j in committed.start})
+        v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
         sched = Schedule(v)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is not None:

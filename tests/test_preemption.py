@@ -348,3 +348,27 @@ def test_online_a_running_job_moved_at_the_replan_is_cut_there():
     seg = segments(s, owner)
     assert seg.new[0].nonzero().flatten().tolist() == [0, 2]  # moved at 2
     assert metrics(s, owner)["jobs_completed"] == 2
+
+
+def test_online_fill_between_replans_beside_preemptible_segments():
+    # A preemptible job committed at a replan is in the view of every step
+    # the fill looks at before the next one, with the progress it made by then.
+    from gpualloc.config import (GeneratedScenarioConfig, OnlineConfig, PoolConfig,
+                                 RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
+                                 SolverConfig)
+    from gpualloc.generate import generate
+    from gpualloc.online import run_policy
+
+    s = generate(GeneratedScenarioConfig(
+        name="segments", horizon=36, pools=[PoolConfig("h", 2, 8, "H100", 80.0)],
+        training=RigidWorkloadConfig(count=8, gpus=[2, 4, 8], duration_median_hours=8.0,
+                                     preemptible=True, restart_cost=1),
+        batch_inference=RigidWorkloadConfig(count=20, gpus=[1, 2, 4],
+                                            duration_median_hours=3.0),
+        realtime_inference=RealtimeWorkloadConfig(services=1, gpus=[1], peak_replicas=[1, 2])), 1)
+    assert s.preemptible.any()
+    cfg = RunConfig(mode="online", solver=SolverConfig(**QUICK),
+                    online=OnlineConfig(replan_every=6, forecast="last_day"))
+    for name in ("greedy", "allocator"):
+        verdict = check(s, run_policy(name, s, cfg, "cpu").owner)
+        assert verdict.ok_but_guarantee, f"{name}: {verdict}"
