@@ -620,7 +620,7 @@ class OnlineConfig:
     fifth of it; solver.local_search_iters when lower): a replan's plan is
     kept only until the next one."""
     fill_between: bool = True
-    """Between replans, start rigid jobs that arrived since the last one at
+    """Between replans, start rigid jobs (not preemptible) that arrived since the last one at
     the first step a block is free for their whole run (in the executed plan
     and the last plan), where the forecast real-time demand still fits, as a
     scheduler's backfill pass would (no effect with replan_every=1). On

@@ -35,7 +35,7 @@ are executed:
   there; once stopped, it waits in the view with its remaining progress
   plus its restore as its duration;
 - between two replans (`online.fill_between`, on by default), at each step
-  t a rigid job that arrived after tau starts at t if a block is free for
+  t a rigid job (not preemptible) that arrived after tau starts at t if a block is free for
   its whole run, in the executed plan and in the last plan (which holds its
   placements of waiting jobs), where the forecast real-time demand still
   fits: a scheduler's backfill pass, decided from what is known at t;
