@@ -273,7 +273,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = 0
+    replans = filled = 0
     for tau in range(0, s.T, o.replan_every):
         stop = min(tau + o.replan_every, s.T)
         if progress is not None:  # from the last trim: serving moves no rigid cell
@@ -297,11 +297,12 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             previous = _remember(v, index, planned, tau, s)
         _commit_rigid(v, index, planned, tau, stop, owner, committed)
         if o.fill_between:
-            _fill_between(s, o, oracle, tau, stop, previous, committed, owner)
+            filled += _fill_between(s, o, oracle, tau, stop, previous, committed, owner)
         progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
-                                   "replan_every": o.replan_every, "replans": replans})
+                                   "replan_every": o.replan_every, "replans": replans,
+                                   "filled": filled})
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
@@ -406,13 +407,15 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
 
 def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                   previous: torch.Tensor | None, committed: Committed,
-                  owner: torch.Tensor) -> None:
+                  owner: torch.Tensor) -> int:
     """Between two replans, as a scheduler's backfill pass would: at each
     step t of the window, a rigid job that arrived after tau starts at t if
     a block is free for its whole run, in the executed plan and in the last
     plan (its placements of jobs not yet started are held), where the
     forecast real-time demand still fits; highest priority first. Decided
-    from what is known at t (its view is built like a replan's)."""
+    from what is known at t (its view is built like a replan's). Returns
+    how many jobs it started."""
+    started = 0
     for t in range(tau + 1, stop):
         new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
                and not s.jobs[j].preemptible and j not in committed.start
@@ -450,6 +453,8 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             end = min(t + s.jobs[j].duration, s.T)
             owner[first:first + s.jobs[j].gpus, t:end] = j
             committed.start[j], committed.end[j] = (t, first), end
+            started += 1
+    return started
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:

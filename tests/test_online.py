@@ -325,4 +325,5 @@ def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     first = dict(zip([j.id for j in s.jobs], starts(s, plan.owner).tolist()))
     assert first["first"] == 0 and first["big"] == 7
     assert first["short"] == 1 if fill else first["short"] >= 6
+    assert plan.info["filled"] == (1 if fill else 0)
     assert first["long"] >= 6
