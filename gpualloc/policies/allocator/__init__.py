@@ -23,9 +23,9 @@
 4. Improve (search.py): local search on the exact objective (ruin and
    recreate, and forcing in waiting jobs the relaxation wanted), never
    accepting a worse plan, within its move cap, patience and time budget;
-   then, with `local_search_anneal_iters`, a second walk from its best plan
-   that may take worse moves early on (threshold accepting) and returns
-   the best plan it saw.
+   then, with `local_search_anneal_iters`, a second walk from the same
+   repaired plan that may take worse moves early on (threshold accepting);
+   the better of the two walks' plans goes on.
    Offline, greedy's plan is returned when the search ends below it.
 
 Guaranteed real-time replicas (rule 4) are fixed before all of this
