@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 import traceback
@@ -238,5 +239,24 @@ def main(dcfg: DictConfig) -> None:
     print(format_run_table(result))
 
 
+def cli() -> None:
+    """`python -m gpualloc.run`. Hydra's own command-line errors (an override
+    of the wrong type, an unknown key, bad syntax, a missing config group
+    option) end like ours: one line, exit 2, nothing written."""
+    from hydra.errors import HydraException
+
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # raise them here, not print and exit 1
+    try:
+        main()
+    except HydraException as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        message = lines[0].rstrip(".") if lines else type(e).__name__
+        cause = [line.strip() for line in str(e.__cause__ or "").splitlines() if line.strip()]
+        if cause:
+            message += f": {cause[0]}"
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    main()
+    cli()
