@@ -416,6 +416,8 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     from what is known at t (its view is built like a replan's). Returns
     how many jobs it started."""
     started = 0
+    # Preemptible jobs' progress: the fill starts none, so one pass serves the window.
+    progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
     for t in range(tau + 1, stop):
         new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
                and not s.jobs[j].preemptible and j not in committed.start
@@ -427,8 +429,8 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         future = (oracle(obs, steps) if oracle is not None
                   else forecast(o.forecast, obs, steps, o, s.step_minutes))
         now = committed
-        if bool(s.preemptible.any()):  # segments committed at tau: their progress by t
-            made = segments(s, owner).progress[:, :t].sum(1)
+        if progress is not None:  # segments committed at tau: their progress by t
+            made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
         v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
         sched = Schedule(v)

@@ -31,27 +31,6 @@ def place(j, start, first, k, end, busy, owner, run, start_of, first_of, slack, 
 
 
 @njit(cache=True)
-def unplace(jobs, ends, busy, owner, run, start_of, first_of, slack, subset_pools, gpu_pool,
-            gpus):
-    """Undo `place` for each of `jobs` (placed; jobs[i]'s cells end at ends[i])."""
-    for i in range(jobs.shape[0]):
-        j, end = jobs[i], ends[i]
-        start, first, k = start_of[j], first_of[j], gpus[j]
-        for t in range(start, end):
-            for g in range(first, first + k):
-                busy[t, g] = False
-                owner[t, g] = -1
-        update_runs(busy, run, first, first + k, end)
-        start_of[j] = -1
-        first_of[j] = -1
-        pool = gpu_pool[first]
-        for u in range(slack.shape[0]):
-            if subset_pools[u, pool]:
-                for t in range(start, end):
-                    slack[u, t] += k
-
-
-@njit(cache=True)
 def insert_serial(order, not_before, busy, owner, run, start_of, first_of, slack, subset_pools,
                   subset_priority, subset_replica, guarded, gpus, duration, arrival, priority,
                   job_class, class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):

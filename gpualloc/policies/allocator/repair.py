@@ -25,7 +25,7 @@ import torch
 from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
-from gpualloc.core.insert import insert_serial, unplace
+from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
@@ -109,11 +109,9 @@ class Schedule:
         return lo, hi
 
     def remove_all(self, jobs) -> None:
-        """`remove` for each placed job of `jobs`, in one compiled call."""
-        occ, guard, lay = self.occ, self.guard, self.lay
-        jobs, _, end = self._runs(jobs)
-        unplace(jobs, end, occ.busy, occ.owner, occ.run, occ.start, occ.first, guard.slack,
-                guard.subset_pools, lay.gpu_pool, lay.gpus)
+        """`remove` for each placed job of `jobs`."""
+        for j in self._runs(jobs)[0].tolist():
+            self.remove(j)
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind
