@@ -28,7 +28,13 @@ are executed:
 
 - a rigid job the plan starts inside the window is committed: it runs on
   that block to its end (never moved); the others go back to the queue and
-  are planned again at the next replan. A preemptible job (PROBLEM.md) is
+  are planned again at the next replan. With `online.commit_at_start` (on by
+  default), a job (not preemptible) the plan starts after tau is decided at
+  its start step, from what is known then: it starts on its planned block
+  (or another free one) where the forecast real-time demand still fits, or
+  where it no longer does, when the replan's objective (discounted) values
+  starting it there now over its earliest start that displaces no demand;
+  else it waits, tried again at each later step of the window. A preemptible job (PROBLEM.md) is
   committed one segment at a time: while it runs it is in the view as
   fixed cells the planner may cut (greedy's priority preemption does; the
   allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
@@ -273,7 +279,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = filled = 0
+    replans = filled = deferred = 0
     for tau in range(0, s.T, o.replan_every):
         stop = min(tau + o.replan_every, s.T)
         if progress is not None:  # from the last trim: serving moves no rigid cell
@@ -295,14 +301,16 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             _check_honours(v, planned, name)
             replans += 1
             previous = _remember(v, index, planned, tau, s)
-        _commit_rigid(v, index, planned, tau, stop, owner, committed)
-        if o.fill_between:
-            filled += _fill_between(s, o, oracle, tau, stop, previous, committed, owner)
+        due = _commit_rigid(v, index, planned, tau, stop, owner, committed, o.commit_at_start)
+        if o.fill_between or due:
+            done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due)
+            filled += done[0]
+            deferred += done[1]
         progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
-                                   "filled": filled})
+                                   "filled": filled, "deferred": deferred})
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
@@ -349,10 +357,13 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
                             f"{int(elsewhere.sum())} others): it cannot run with mode=online")
 
 
-def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
+def _commit_rigid(v, index, planned, tau, stop, owner, committed,
+                  at_start: bool = False) -> dict[int, tuple[int, int]]:
     # A rigid job the plan starts inside the window runs there to its end; a
     # preemptible one, to the end of that segment. A running preemptible job
-    # the plan cuts inside the window stops there.
+    # the plan cuts inside the window stops there. With `at_start`, jobs (not
+    # preemptible) the plan starts after tau are returned instead, job ->
+    # (planned start, first GPU): decided at that step (_between_replans).
     R = stop - tau
     busy = planned >= 0
     first = torch.full((v.J + 1,), v.T, dtype=torch.long)
@@ -384,11 +395,17 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed) -> None:
                 runs = ([(kept, runs[0][1], g0)] if runs[0][1] > kept else []) + runs[1:]
         commits += [(j, job, run) for run in (runs if job.preemptible else runs[:1])
                     if run[0] < R]
+    due = {}
+    if at_start:
+        due = {j: (tau + t0, g0) for j, job, (t0, _, g0) in commits
+               if t0 > 0 and not job.preemptible}
+        commits = [c for c in commits if c[0] not in due]
     # After every cut: a segment may start where another job was cut.
     for j, job, (t0, t1, g0) in commits:
         owner[g0:g0 + job.gpus, tau + t0:tau + t1] = j
         committed.start[j] = (tau + t0, g0)
         committed.end[j] = tau + t1
+    return due
 
 
 def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -405,24 +422,30 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
     return out
 
 
-def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
-                  previous: torch.Tensor | None, committed: Committed,
-                  owner: torch.Tensor) -> int:
-    """Between two replans, as a scheduler's backfill pass would: at each
-    step t of the window, a rigid job that arrived after tau starts at t if
-    a block is free for its whole run, in the executed plan and in the last
-    plan (its placements of jobs not yet started are held), where the
-    forecast real-time demand still fits; highest priority first. Decided
-    from what is known at t (its view is built like a replan's). Returns
-    how many jobs it started."""
-    started = 0
-    # Preemptible jobs' progress: the fill starts none, so one pass serves the window.
+def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
+                     previous: torch.Tensor | None, committed: Committed,
+                     owner: torch.Tensor, due: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """The steps between two replans, as a scheduler runs them, each decided
+    from what is known at that step t (its view is built like a replan's)
+    with the last plan's placements of jobs not yet started held:
+    - `due` (online.commit_at_start): jobs the last plan starts at t start
+      (`_start_due`), or wait and are tried again at each later step like
+      an arrival;
+    - with online.fill_between, a rigid job (not preemptible) that arrived
+      after tau starts at t if a block is free for its whole run where the
+      forecast real-time demand still fits (a backfill pass); highest
+      priority first.
+    Returns (arrivals started, due jobs that did not start at their step)."""
+    filled, deferred = 0, 0
+    waiting: list[int] = []  # due jobs that did not start at their step
+    # Preemptible jobs' progress: none is started here, so one pass serves the window.
     progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
     for t in range(tau + 1, stop):
+        now_due = [j for j, (t0, _) in due.items() if t0 == t]
         new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
                and not s.jobs[j].preemptible and j not in committed.start
-               and not bool(s.unplaceable[j])]
-        if not new:
+               and not bool(s.unplaceable[j])] if o.fill_between else []
+        if not now_due and not new and not waiting:
             continue
         obs = visible(s, t)
         steps = s.T - t - 1
@@ -433,7 +456,7 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
         v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
-        sched = Schedule(v)
+        sched = Schedule(v, discount=o.discount)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is not None:
             grid = previous[:, t:]
@@ -446,17 +469,56 @@ def _fill_between(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                 end = start + sched.length(vj, start)
                 if first + k <= s.G and not sched.busy[start:end, first:first + k].any():
                     sched.place(vj, start, first)
-        for j in priority_order(s, new):
+        for j in priority_order(s, now_due) + priority_order(s, new + waiting):
             vj = to_view[j]
-            first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
+            if int(sched.start[vj]) >= 0:
+                sched.remove(vj)  # its held block: decided now
+            if j in now_due:
+                first = _start_due(sched, vj, due[j][1])
+            else:
+                first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
             if first is None:
+                if j in now_due:
+                    waiting.append(j)
+                    deferred += 1
                 continue
             sched.place(vj, 0, first)
             end = min(t + s.jobs[j].duration, s.T)
             owner[first:first + s.jobs[j].gpus, t:end] = j
             committed.start[j], committed.end[j] = (t, first), end
-            started += 1
-    return started
+            if j in waiting:
+                waiting.remove(j)
+            elif j not in now_due:
+                filled += 1
+    return filled, deferred
+
+
+def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
+    """The first GPU where view job j, planned to start now on the block at
+    `planned`, starts now, or None (it waits): a block where the forecast
+    real-time demand still fits (its planned one when it is), else its
+    planned block when it is free and the objective (the schedule's
+    discount) is higher with j there now than with j at its earliest later
+    start that displaces no demand. The replan may have chosen to displace
+    demand for it; the demand may have changed since."""
+    first, _ = sched.fits_at(j, 0, demand_aware=True, displace=False, prefer=planned)
+    if first is not None:
+        return first
+    k = int(sched.lay.gpus[j])
+    if planned + k > sched.G or sched.busy[:sched.length(j, 0), planned:planned + k].any():
+        return None
+    before = sched.snapshot()
+    sched.place(j, 0, planned)
+    sched.fill_elastic()
+    now = sched.value()
+    sched.restore(before)
+    later = sched.find(j, 1, demand_aware=True, displace=False)
+    if later is not None:
+        sched.place(j, *later)
+    sched.fill_elastic()
+    wait = sched.value()
+    sched.restore(before)
+    return planned if now > wait + 1e-9 else None
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:

@@ -327,3 +327,36 @@ def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     assert first["short"] == 1 if fill else first["short"] >= 6
     assert plan.info["filled"] == (1 if fill else 0)
     assert first["long"] >= 6
+
+
+@pytest.mark.parametrize("rise, service, at_start, started", [
+    (False, 10, True, 2),   # demand as forecast: it starts as planned
+    (True, 10, False, 2),   # committed at the replan: it runs into the new demand
+    (True, 10, True, None),  # decided at its start: the demand is worth more, it waits
+    (True, 1, True, 2),     # ... unless it is worth more than the service it displaces
+])
+def test_jobs_planned_later_in_the_window_are_decided_at_their_start(rise, service,
+                                                                     at_start, started):
+    # One 8-GPU node, a replan every 6 steps. At 0 the plan runs `first` on
+    # the whole node over 0-1 and `late` (4 GPUs) from 2; nothing real-time
+    # is forecast (none observed yet). The service's demand rises to 8
+    # replicas at 2 (or stays 0).
+    demand = [0, 0] + [8 if rise else 0] * 10
+    s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [
+            {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 8,
+             "duration": 2},
+            {"id": "late", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+             "duration": 4},
+            {"id": "rt", "kind": "realtime_inference", "priority": service, "arrival": 0,
+             "gpus": 1, "demand": demand}]})
+    plan, views = run_online(s, "last_day", 6, commit_at_start=at_start)
+    assert check(s, plan.owner).ok
+    assert len(views) == 2  # replans at 0 and 6 only
+    first = starts(s, plan.owner).tolist()
+    assert first[1] == (started if started is not None else s.T)
+    assert plan.info["deferred"] == (1 if started is None else 0)
+    if rise:
+        served = (plan.owner == 2).sum(0)[2:6]
+        assert (served == (8 if started is None else 4)).all()

@@ -150,10 +150,11 @@ class Schedule:
         return None if t < 0 else (int(t), int(first))
 
     def fits_at(self, j: int, t: int, demand_aware: bool = True,
-                displace: bool = True) -> tuple[int | None, bool]:
+                displace: bool = True, prefer: int | None = None) -> tuple[int | None, bool]:
         """(first GPU of the best-fit block where rigid job j can start at t, or
         None; whether that failure holds for any longer job of its class too).
-        Demand-awareness and displacement as in `find`."""
+        Demand-awareness and displacement as in `find`; the block at `prefer`
+        (a first GPU) when it is one of the best."""
         lay = self.lay
         if len(lay.blocks(j)) == 0 or t < lay.arrival[j]:
             return None, True
@@ -179,6 +180,10 @@ class Schedule:
                 if later is not None and best <= value * self.length(j, later[0]) + 1e-9:
                     return None, False
                 ok = net >= best - 1e-9
+        if prefer is not None:
+            mine = np.flatnonzero(lay.blocks(j) == prefer)
+            if len(mine) and ok[mine[0]]:
+                return prefer, False
         return self.occ.fewest_left(j, t, ok), False
 
     def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
