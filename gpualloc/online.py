@@ -73,7 +73,7 @@ from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.policies import POLICIES, Policy
-from gpualloc.policies.allocator.repair import Schedule
+from gpualloc.core.schedule import Schedule
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
 ONLINE_BY_NATURE = ("fifo",)

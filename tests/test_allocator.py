@@ -131,7 +131,7 @@ def test_local_search_returns_the_earliest_plan_of_its_best_value():
     # tie-break on earliness can bring it forward, and online replanning
     # relies on it (a plan that postpones what it could start now loses
     # that work at the next replan).
-    from gpualloc.policies.allocator.repair import Schedule
+    from gpualloc.core.schedule import Schedule
     from gpualloc.policies.allocator.search import improve
 
     s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [

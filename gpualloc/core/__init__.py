@@ -12,7 +12,10 @@ compiled (numba on numpy), that the policies build on.
   highest block first;
 - `guard`: the demand-aware guard (Hall's condition on pool sets) and the
   price of displacing elastic demand; the earliest feasible start under it;
-- `insert`: serial insertion of a whole order, compiled.
+- `insert`: serial insertion of a whole order, compiled;
+- `schedule`: all of them as one state (`Schedule`): rigid placements, the
+  guard, elastic service and the objective's value, what the allocator's
+  repair and search and the online loop's steps between replans work on.
 
 A policy is its own choices on top of it: an order, a fit key, a guard.
 """

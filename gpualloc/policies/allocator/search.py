@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpualloc.policies.allocator.repair import Schedule
+from gpualloc.core.schedule import Schedule
 
 
 @dataclass

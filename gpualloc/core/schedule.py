@@ -1,0 +1,286 @@
+"""`Schedule`: rigid placements on the (G, T) grid and the elastic service on
+what they leave free, the state every placement search works on (the
+allocator's repair and local search, the online loop's steps between
+replans): the occupancy (gpualloc.core.occupancy), the demand-aware guard
+(gpualloc.core.guard: a rigid job goes only where the known elastic demand
+over its whole run still fits, or where displacing it is worth more than
+waiting), and the objective's value, discounted when asked.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from gpualloc.core import fixed_jobs, replicas_held
+from gpualloc.core.guarantee import planning_fixed
+from gpualloc.core.guard import DemandGuard, guarded_find
+from gpualloc.core.insert import insert_serial
+from gpualloc.core.layout import layout
+from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill_elastic
+from gpualloc.scenario import Scenario
+
+
+class Schedule:
+    """Rigid placements on the (G, T) grid, the guard's slack, elastic service."""
+
+    def __init__(self, s: Scenario, max_subsets: int = 64, discount: float = 0.0):
+        self.s = s
+        lay = self.lay = layout(s)
+        self.G, self.T = lay.G, lay.T
+        # The value of a GPU-step at t, (1 - discount)^t: 1 everywhere for the
+        # exact objective; below 1 later on, work run sooner is worth more.
+        self.step_weight = (1.0 - discount) ** np.arange(self.T, dtype=np.float64)  # (T,)
+        self.cum_weight = np.concatenate([[0.0], np.cumsum(self.step_weight)])  # (T + 1,)
+        self.discounted = discount > 0
+        fixed = planning_fixed(s)  # decided cells and guaranteed replicas
+        fixed = None if fixed is None else fixed.cpu().numpy().T
+        self.occ = Occupancy(lay, fixed)
+        self.done = fixed_jobs(s) & lay.rigid  # started already: not planned again
+        self.elastic = [j for j in range(lay.J) if not lay.rigid[j] and not lay.unplaceable[j]]
+        # Replicas the fixed cells already serve count against demand.
+        demand = lay.demand.copy()
+        if fixed is not None:
+            demand = np.maximum(demand - replicas_held(s, fixed), 0)
+        self.demand = demand  # (J, T) replicas still to serve
+        self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
+        compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (J,)
+        self.elastic_order = sorted(self.elastic, key=lambda j: (
+            -lay.priority[j], compat_gpus[j], lay.arrival[j], j))
+        self.elastic_value = np.zeros(self.T, dtype=np.float64)
+        self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
+
+    # ---- the state --------------------------------------------------------------------
+    @property
+    def start(self) -> np.ndarray:
+        return self.occ.start
+
+    @property
+    def first(self) -> np.ndarray:
+        return self.occ.first
+
+    @property
+    def busy(self) -> np.ndarray:
+        """(T, G) bool"""
+        return self.occ.busy
+
+    def length(self, j: int, start: int) -> int:
+        return self.occ.length(j, start)
+
+    def place(self, j: int, start: int, first: int) -> None:
+        self.occ.place(j, start, first)
+        self.guard.take(int(self.lay.gpu_pool[first]), start, start + self.length(j, start),
+                        int(self.lay.gpus[j]))
+
+    def remove(self, j: int) -> None:
+        start, first = int(self.start[j]), int(self.first[j])
+        self.guard.take(int(self.lay.gpu_pool[first]), start, start + self.length(j, start),
+                        -int(self.lay.gpus[j]))
+        self.occ.remove(j)
+
+    def _runs(self, jobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The placed jobs of `jobs`, their starts and ends."""
+        jobs = np.asarray(jobs, dtype=np.int64)
+        jobs = jobs[self.occ.start[jobs] >= 0]
+        start = self.occ.start[jobs]
+        if self.occ.closed[jobs].any():  # segments: their own lengths
+            end = np.array([s + self.length(j, s) for j, s in zip(jobs.tolist(), start.tolist())],
+                           dtype=np.int64)
+        else:
+            end = start + np.minimum(self.lay.duration[jobs], self.T - start)
+        return jobs, start, end
+
+    def span(self, jobs, lo: int, hi: int) -> tuple[int, int]:
+        """[lo, hi) widened to the runs of the placed jobs of `jobs`."""
+        _, start, end = self._runs(jobs)
+        if len(start):
+            lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
+        return lo, hi
+
+    def remove_all(self, jobs) -> None:
+        """`remove` for each placed job of `jobs`."""
+        for j in self._runs(jobs)[0].tolist():
+            self.remove(j)
+
+    def hold(self, j: int, start: int, first: int) -> None:
+        """EASY reservation of j's block from `start`: busy to the jobs behind
+        it, and taken from the elastic demand's room like a placement."""
+        k, end = int(self.lay.gpus[j]), start + self.length(j, start)
+        self.occ.hold(start, end, first, k)
+        self.guard.take(int(self.lay.gpu_pool[first]), start, end, k)
+
+    def release(self) -> None:
+        start, end, first, k = self.occ.release()
+        self.guard.take(int(self.lay.gpu_pool[first]), start, end, -k)
+
+    # ---- where a rigid job goes --------------------------------------------------------
+    def find(self, j: int, not_before: int = 0, demand_aware: bool = True,
+             displace: bool = True):
+        """Earliest feasible (start, first GPU) for rigid job j, or None.
+
+        With `demand_aware`, a start must leave the known elastic demand room
+        over the whole run. With `displace` too, a start that takes GPUs the
+        demand wants is allowed when the job's value there, minus the
+        priority-weighted elastic service it displaces, beats its value at
+        its earliest start that displaces nothing (0 when there is none)."""
+        lay = self.lay
+        c = lay.job_class[j]
+        lo, hi = lay.class_ptr[c], lay.class_ptr[c + 1]
+        if lo == hi:
+            return None
+        guard = self.guard
+        k = int(lay.gpus[j])
+        t, first, _ = guarded_find(
+            self.occ.run, self.occ.busy, lay.class_blocks[lo:hi], lay.block_pool[lo:hi], k,
+            int(lay.duration[j]), max(int(lay.arrival[j]), not_before), guard.slack,
+            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            demand_aware and guard.U > 0, displace, float(lay.priority[j] * k), lay.gpu_node,
+            lay.N)
+        return None if t < 0 else (int(t), int(first))
+
+    def fits_at(self, j: int, t: int, demand_aware: bool = True,
+                displace: bool = True, prefer: int | None = None) -> tuple[int | None, bool]:
+        """(first GPU of the best-fit block where rigid job j can start at t, or
+        None; whether that failure holds for any longer job of its class too).
+        Demand-awareness and displacement as in `find`; the block at `prefer`
+        (a first GPU) when it is one of the best."""
+        lay = self.lay
+        if len(lay.blocks(j)) == 0 or t < lay.arrival[j]:
+            return None, True
+        k, length = int(lay.gpus[j]), self.length(j, t)
+        free = self.occ.free_at(j, t, length)
+        if not free.any():
+            return None, True
+        ok = free
+        if demand_aware and self.guard.U:
+            pools = lay.job_block_pool(j)
+            ok = free & ~self.guard.short_at(k, t, length)[pools]
+            if not ok.any():
+                if not displace:
+                    return None, True
+                value = float(lay.priority[j]) * k
+                net = np.where(free, value * length - self.guard.price_at(k, t, length)[pools],
+                               -1.0)
+                best = float(net.max())
+                if best <= 1e-9:
+                    return None, False
+                # Worth it only against the job's value at its earliest safe start.
+                later = self.find(j, t + 1, demand_aware, displace=False)
+                if later is not None and best <= value * self.length(j, later[0]) + 1e-9:
+                    return None, False
+                ok = net >= best - 1e-9
+        if prefer is not None:
+            mine = np.flatnonzero(lay.blocks(j) == prefer)
+            if len(mine) and ok[mine[0]]:
+                return prefer, False
+        return self.occ.fewest_left(j, t, ok), False
+
+    def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
+        """Make room for rigid job j at `start`: on the candidate block with the
+        fewest busy cells over its run (no fixed cell; ties to a random one),
+        remove the rigid jobs there. Returns the removed jobs, or None when no
+        block can be cleared."""
+        lay = self.lay
+        blocks = lay.blocks(j)
+        if len(blocks) == 0 or start < lay.arrival[j]:
+            return None
+        k, end = int(lay.gpus[j]), start + self.length(j, start)
+        fixed = np.zeros(self.G + 1, dtype=np.int64)
+        fixed[1:] = np.cumsum((self.occ.fixed[start:end] >= 0).any(0))
+        busy = np.zeros(self.G + 1, dtype=np.int64)
+        busy[1:] = np.cumsum(self.busy[start:end].sum(0))
+        cost = (busy[blocks + k] - busy[blocks]).astype(np.float64)
+        cost[fixed[blocks + k] - fixed[blocks] > 0] = np.inf
+        cost += 0.5 * np.random.default_rng(rng.getrandbits(62)).random(len(blocks))
+        b = int(np.argmin(cost))
+        if not np.isfinite(cost[b]):
+            return None
+        first = int(blocks[b])
+        held = self.occ.owner[start:end, first:first + k]
+        victims = np.unique(held[held >= 0]).tolist()
+        self.remove_all(victims)
+        self.place(j, start, first)
+        return victims
+
+    def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None) -> int:
+        """`find` and `place` for each job of `order` not placed yet, in order (from
+        at[j] first, when given), in one compiled loop. Returns how many
+        were placed."""
+        lay, occ, guard = self.lay, self.occ, self.guard
+        order = np.asarray(order, dtype=np.int64)
+        not_before = np.full(len(order), -1, dtype=np.int64)
+        if at:
+            for i, j in enumerate(order.tolist()):
+                not_before[i] = at.get(j, -1)
+        placed = insert_serial(
+            order, not_before, occ.busy, occ.owner, occ.run, occ.start, occ.first, guard.slack,
+            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            demand_aware and guard.U > 0, lay.gpus, lay.duration, lay.arrival, lay.priority,
+            lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool,
+            lay.gpu_node, lay.N)
+        return placed
+
+    # ---- value ---------------------------------------------------------------------------
+    def _placed(self) -> np.ndarray:
+        return np.nonzero(self.start >= 0)[0]
+
+    def rigid_value(self) -> float:
+        lay, j = self.lay, self._placed()
+        start = self.start[j]
+        steps = np.minimum(lay.duration[j], self.T - start)
+        if self.discounted:
+            steps = self.cum_weight[start + steps] - self.cum_weight[start]
+        return float((lay.priority[j] * lay.gpus[j] * steps).sum())
+
+    def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
+        """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free,
+        highest priority first, lowest free blocks; updates the per-step
+        elastic value and, when `owner` (T, G) is given, writes the replicas."""
+        lay = self.lay
+        t1 = self.T if t1 is None else t1
+        jobs = [j for j in self.elastic_order if lay.arrival[j] < t1]
+        free = ~self.busy[t0:t1]  # (C, G)
+        before = free.sum(1)
+        served = fill_elastic(lay, free, None if owner is None else owner[t0:t1], jobs,
+                              self.demand[jobs, t0:t1])
+        value = np.zeros(t1 - t0, dtype=np.float64)
+        for i, j in enumerate(jobs):
+            value += served[i] * (lay.priority[j] * lay.gpus[j])
+        if self.discounted:
+            value *= self.step_weight[t0:t1]
+        self.elastic_value[t0:t1] = value
+        self.elastic_used[t0:t1] = before - free.sum(1)
+        return value
+
+    def value(self) -> float:
+        return self.rigid_value() + float(self.elastic_value.sum())
+
+    def earliness(self) -> float:
+        """Priority-weighted GPU-steps between the rigid jobs' starts and the
+        horizon: among plans of equal value, the one that starts important
+        work sooner. The objective does not see when work runs, but a plan
+        that is replanned (online mode) loses what it postponed."""
+        lay, j = self.lay, self._placed()
+        return float((lay.priority[j] * lay.gpus[j] * (self.T - self.start[j])).sum())
+
+    # ---- plans -----------------------------------------------------------------------------
+    def owner(self) -> torch.Tensor:
+        """(G, T) int64: the plan."""
+        grid = self.occ.owner_grid()  # (T, G)
+        self.fill_elastic(owner=grid)
+        return torch.from_numpy(np.ascontiguousarray(grid.T))
+
+    def snapshot(self):
+        return (self.occ.snapshot(), self.guard.snapshot(), self.elastic_value.copy(),
+                self.elastic_used.copy())
+
+    def restore(self, snap) -> None:
+        occ, slack, self.elastic_value, self.elastic_used = snap
+        self.occ.restore(occ)
+        self.guard.restore(slack)
+
+    def waiting(self) -> list[int]:
+        lay = self.lay
+        return np.nonzero(lay.rigid & (self.start < 0) & ~self.done & ~lay.unplaceable)[0].tolist()
