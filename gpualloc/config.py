@@ -635,7 +635,7 @@ class OnlineConfig:
     start that displaces no demand; else it waits, tried again at each
     later step of the window. False: committed at the replan, as planned.
     Chosen on tuning seeds 3-9 (replan every 6): the allocator's online gain
-    +49.35% -> +49.61%, below greedy on 0 of 42 runs (2 before). Seeds 0-2:
+    +49.35% -> +49.61%, below greedy (with the same setting) on 1 of 42 runs (2 before). Seeds 0-2:
     +48.2% -> +48.6% (bench/results/online.md)."""
     anneal_moves: int = 0
     """Moves of the allocator's second walk per replan (threshold accepting
