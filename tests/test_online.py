@@ -302,6 +302,13 @@ def test_each_replan_gets_the_online_search_settings(moves):
     assert seen and set(seen) == {(30, moves)}
 
 
+def one_node(horizon: int, jobs: list[dict]) -> Scenario:
+    """One 8-GPU node, hourly steps."""
+    return from_dict({"name": "node", "horizon": horizon, "step_minutes": 60, "cluster": {
+        "pools": [{"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H",
+                   "memory_gb": 80}]}, "jobs": jobs})
+
+
 @pytest.mark.parametrize("fill", [True, False])
 def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     # One 8-GPU node, a replan every 6 steps. At 0 the plan runs `first` on
@@ -309,17 +316,15 @@ def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     # fits on the free GPUs before 7: the fill starts it at 1 (without the
     # fill it waits for the replan at 6, and then for big). `long` arrives at 1 too but would
     # run into big's held block: it waits, and big keeps its start.
-    s = from_dict({"name": "fill", "horizon": 16, "step_minutes": 60, "cluster": {"pools": [
-        {"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
-        "jobs": [
-            {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 4,
-             "duration": 7},
-            {"id": "big", "kind": "training", "priority": 8, "arrival": 0, "gpus": 8,
-             "duration": 3},
-            {"id": "short", "kind": "batch_inference", "priority": 1, "arrival": 1, "gpus": 2,
-             "duration": 5},
-            {"id": "long", "kind": "batch_inference", "priority": 2, "arrival": 1, "gpus": 2,
-             "duration": 8}]})
+    s = one_node(16, [
+        {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 4,
+         "duration": 7},
+        {"id": "big", "kind": "training", "priority": 8, "arrival": 0, "gpus": 8,
+         "duration": 3},
+        {"id": "short", "kind": "batch_inference", "priority": 1, "arrival": 1, "gpus": 2,
+         "duration": 5},
+        {"id": "long", "kind": "batch_inference", "priority": 2, "arrival": 1, "gpus": 2,
+         "duration": 8}])
     plan, _ = run_online(s, "last_day", 6, fill_between=fill)
     assert check(s, plan.owner).ok
     first = dict(zip([j.id for j in s.jobs], starts(s, plan.owner).tolist()))
@@ -342,15 +347,13 @@ def test_jobs_planned_later_in_the_window_are_decided_at_their_start(rise, servi
     # is forecast (none observed yet). The service's demand rises to 8
     # replicas at 2 (or stays 0).
     demand = [0, 0] + [8 if rise else 0] * 10
-    s = from_dict({"name": "late", "horizon": 12, "step_minutes": 60, "cluster": {"pools": [
-        {"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
-        "jobs": [
-            {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 8,
-             "duration": 2},
-            {"id": "late", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
-             "duration": 4},
-            {"id": "rt", "kind": "realtime_inference", "priority": service, "arrival": 0,
-             "gpus": 1, "demand": demand}]})
+    s = one_node(12, [
+        {"id": "first", "kind": "training", "priority": 9, "arrival": 0, "gpus": 8,
+         "duration": 2},
+        {"id": "late", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+         "duration": 4},
+        {"id": "rt", "kind": "realtime_inference", "priority": service, "arrival": 0,
+         "gpus": 1, "demand": demand}])
     plan, views = run_online(s, "last_day", 6, commit_at_start=at_start)
     assert check(s, plan.owner).ok
     assert len(views) == 2  # replans at 0 and 6 only
