@@ -73,7 +73,7 @@ from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.policies import POLICIES, Policy
-from gpualloc.core.schedule import Schedule
+from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
 ONLINE_BY_NATURE = ("fifo",)
@@ -456,19 +456,15 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
         v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
-        sched = Schedule(v, discount=o.discount)
         to_view = {j: vj for vj, j in enumerate(index)}
-        if previous is not None:
-            grid = previous[:, t:]
-            for j in torch.unique(grid[grid >= 0]).tolist():
-                if j in committed.start or j not in to_view:
-                    continue
-                gpus, steps_ = (grid == j).nonzero(as_tuple=True)
-                start, first = int(steps_.min()), int(gpus.min())
-                vj, k = to_view[j], s.jobs[j].gpus
-                end = start + sched.length(vj, start)
-                if first + k <= s.G and not sched.busy[start:end, first:first + k].any():
-                    sched.place(vj, start, first)
+        if previous is None:
+            sched = Schedule(v, discount=o.discount)
+        else:
+            # The last plan's placements of jobs not started, where still free: held.
+            hint = _hint(previous, index, t, s.J)
+            started = [to_view[j] for j in committed.start if j in to_view]
+            hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
+            sched = adopt(v, hint, o.discount)
         for j in priority_order(s, now_due) + priority_order(s, new + waiting):
             vj = to_view[j]
             if int(sched.start[vj]) >= 0:
@@ -504,9 +500,8 @@ def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
     first, _ = sched.fits_at(j, 0, demand_aware=True, displace=False, prefer=planned)
     if first is not None:
         return first
-    k = int(sched.lay.gpus[j])
-    if planned + k > sched.G or sched.busy[:sched.length(j, 0), planned:planned + k].any():
-        return None
+    if sched.fits_at(j, 0, demand_aware=False, prefer=planned)[0] != planned:
+        return None  # not free any more
     before = sched.snapshot()
     sched.place(j, 0, planned)
     sched.fill_elastic()

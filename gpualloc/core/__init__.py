@@ -15,7 +15,8 @@ compiled (numba on numpy), that the policies build on.
 - `insert`: serial insertion of a whole order, compiled;
 - `schedule`: all of them as one state (`Schedule`): rigid placements, the
   guard, elastic service and the objective's value, what the allocator's
-  repair and search and the online loop's steps between replans work on.
+  repair and search and the online loop's steps between replans work on;
+  `adopt` holds a plan's placements (FIFO's, greedy's, the last replan's) in one.
 
 A policy is its own choices on top of it: an order, a fit key, a guard.
 """

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, replicas_held
+from gpualloc.core import fixed_jobs, priority_order, replicas_held
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -284,3 +284,36 @@ class Schedule:
     def waiting(self) -> list[int]:
         lay = self.lay
         return np.nonzero(lay.rigid & (self.start < 0) & ~self.done & ~lay.unplaceable)[0].tolist()
+
+
+def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,
+          complete: bool = False, demand_aware: bool = True) -> Schedule:
+    """A schedule holding the rigid placements of a plan (FIFO's, greedy's, a
+    previous replan's) where their blocks are free; elastic service is
+    recomputed on what they leave free. With `complete`, the rigid jobs it
+    does not hold are then inserted in priority order (a partial plan, such
+    as the last replan's for the jobs known then, grows into a full one)."""
+    sched = Schedule(s, discount=discount)
+    lay = sched.lay
+    grid = owner.cpu().numpy()  # (G, T)
+    g, t = np.nonzero(grid >= 0)
+    j = grid[g, t]
+    rigid = lay.rigid[j]
+    g, t, j = g[rigid], t[rigid], j[rigid]
+    start = np.full(lay.J, sched.T, dtype=np.int64)
+    first = np.full(lay.J, sched.G, dtype=np.int64)
+    np.minimum.at(start, j, t)
+    np.minimum.at(first, j, g)
+    for job in np.unique(j).tolist():
+        if sched.done[job]:
+            continue
+        st, g0 = int(start[job]), int(first[job])
+        blocks = lay.blocks(job)
+        at = np.searchsorted(blocks, g0)
+        if at < len(blocks) and blocks[at] == g0 and st >= lay.arrival[job] and (
+                sched.occ.free_at(job, st)[at]):
+            sched.place(job, st, g0)
+    if complete:
+        sched.insert_all(priority_order(s, sched.waiting()), demand_aware)
+    sched.fill_elastic()
+    return sched

@@ -46,7 +46,8 @@ from gpualloc.config import GreedyConfig, SolverConfig
 from gpualloc.plan import Plan
 from gpualloc.policies.allocator.relax import relax
 from gpualloc.core import fixed_jobs, priority_order
-from gpualloc.policies.allocator.repair import adopt, build, build_parallel
+from gpualloc.core.schedule import adopt
+from gpualloc.policies.allocator.repair import build, build_parallel
 from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
