@@ -273,15 +273,31 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
+    light = cfg  # the policy's plan at an arrival between two replans
+    if o.replan_on_arrival == "light" and getattr(cfg, "solver", None) is not None:
+        light = copy.deepcopy(cfg)
+        light.solver.rounding = "priority"  # no relaxation
+        light.solver.local_search_iters = min(cfg.solver.local_search_iters,
+                                              o.arrival_search_moves)
+        light.solver.local_search_anneal_iters = 0
+        light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
+    # Steps where rigid work arrives; each is known at its own step, and a
+    # window that reaches one ends there, so every decision from that step
+    # on comes from a plan made then.
+    arrives = {j.arrival for j in s.jobs if j.rigid}
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = filled = deferred = 0
-    for tau in range(0, s.T, o.replan_every):
-        stop = min(tau + o.replan_every, s.T)
+    replans = light_replans = filled = deferred = 0
+    tau = 0
+    while tau < s.T:
+        periodic = tau % o.replan_every == 0
+        stop = min(tau - tau % o.replan_every + o.replan_every, s.T)
+        if o.replan_on_arrival != "none":
+            stop = next((t for t in range(tau + 1, stop) if t in arrives), stop)
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
@@ -297,9 +313,10 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             on_view(tau, v, index)
         planned = empty_owner(v)
         if v.J:
-            planned = policy(v, cfg, device).owner.cpu().long()
+            planned = policy(v, cfg if periodic else light, device).owner.cpu().long()
             _check_honours(v, planned, name)
-            replans += 1
+            replans += periodic
+            light_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed, o.commit_at_start)
         if o.fill_between or due:
@@ -308,8 +325,10 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             deferred += done[1]
         progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
+        tau = stop
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
+                                   "arrival_replans": light_replans,
                                    "filled": filled, "deferred": deferred})
 
 

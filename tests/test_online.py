@@ -272,6 +272,12 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
         realtime_inference=RealtimeWorkloadConfig(services=2, peak_replicas=[2, 4]))
     s = generate(g, 0)
     plan, views = run_online(s, forecast_, 2, ONLINE_POLICIES[name])
+    assert check(s, plan.owner).ok
+    # Every 2 steps, and at each step where a rigid job arrives (replan_on_arrival).
+    arrivals = {j.arrival for j in s.jobs if j.rigid}
+    assert [tau for tau, *_ in views] == sorted(set(range(0, 24, 2)) | arrivals)
+    assert plan.info["arrival_replans"] == len(arrivals - set(range(0, 24, 2))) > 0
+    plan, views = run_online(s, forecast_, 2, ONLINE_POLICIES[name], replan_on_arrival="none")
     assert check(s, plan.owner).ok and len(views) == 12
 
 
@@ -285,21 +291,23 @@ def test_each_replan_gets_the_online_search_settings(moves):
     seen = []
 
     def spy(view, c, device="cpu"):
-        seen.append((c.solver.local_search_iters, c.solver.local_search_anneal_iters))
+        seen.append((c.solver.rounding, c.solver.local_search_iters,
+                     c.solver.local_search_anneal_iters))
         plan = allocator(view, c.solver, device)
-        assert ("anneal" in plan.info) == (moves > 0)
+        assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0)
         return plan
 
     s = from_dict({"name": "two", "horizon": 8, "step_minutes": 60, "cluster": {"pools": [
         {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
                   "gpus": 2, "duration": 3} for i in range(4)]})
-    c = cfg("last_day", 2, search_moves=30, anneal_moves=moves)
+    c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)
     assert check(s, plan.owner).ok
-    assert seen and set(seen) == {(30, moves)}
+    # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there.
+    assert seen == [("best", 30, moves), ("priority", 20, 0)] * 2 + [("best", 30, moves)] * 2
 
 
 def one_node(horizon: int, jobs: list[dict]) -> Scenario:
@@ -325,13 +333,21 @@ def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
          "duration": 5},
         {"id": "long", "kind": "batch_inference", "priority": 2, "arrival": 1, "gpus": 2,
          "duration": 8}])
-    plan, _ = run_online(s, "last_day", 6, fill_between=fill)
+    plan, _ = run_online(s, "last_day", 6, fill_between=fill, replan_on_arrival="none")
     assert check(s, plan.owner).ok
     first = dict(zip([j.id for j in s.jobs], starts(s, plan.owner).tolist()))
     assert first["first"] == 0 and first["big"] == 7
     assert first["short"] == 1 if fill else first["short"] >= 6
     assert plan.info["filled"] == (1 if fill else 0)
     assert first["long"] >= 6
+    # With a replan at the arrival (the default), the policy decides at 1
+    # from what is known then: short starts there, long still waits for big.
+    plan, views = run_online(s, "last_day", 6, fill_between=fill)
+    assert check(s, plan.owner).ok
+    assert [tau for tau, *_ in views] == [0, 1, 6, 12] and plan.info["arrival_replans"] == 1
+    first = dict(zip([j.id for j in s.jobs], starts(s, plan.owner).tolist()))
+    assert first["big"] == 7 and first["short"] == 1 and first["long"] >= 6
+    assert plan.info["filled"] == 0
 
 
 @pytest.mark.parametrize("rise, service, at_start, started", [
