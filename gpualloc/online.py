@@ -23,7 +23,13 @@ built only from what is known at `tau`, over the rest of the horizon
 cannot read a job before its arrival, nor (but with `oracle`) demand after
 `tau`: the scenario it gets does not contain them.
 
-From the policy's plan, the decisions of the window `[tau, tau + replan_every)`
+Replans come every `replan_every` steps and, with `online.replan_on_arrival`
+(`light` by default), also at each step where a rigid job arrives: the
+window of the plan before ends there. An arrival's replan runs the policy in
+its cheap form where it has one (the allocator: priority-order builds and
+the last plan, no relaxation, `arrival_search_moves` of search).
+
+From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:
 
 - a rigid job the plan starts inside the window is committed: it runs on
