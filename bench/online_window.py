@@ -4,6 +4,7 @@ late the planner learns of an arrival.
 
     python -m bench.online_window                  # tuning seeds 3-5 -> bench/results/online_window.md
     python -m bench.online_window --seeds 3 4 5 6 7 8 9 --settings default no-commit-at-start
+    python -m bench.online_window --settings default no-arrival-replan --stem online_arrival_replans
 
 For each setting of the online loop (replanning every 6 steps with the
 `last_day` forecast unless the setting says otherwise) over the six
@@ -49,6 +50,7 @@ SETTINGS = {
     "every-2": ("online.replan_every=2",),
     "every-3": ("online.replan_every=3",),
     "every-step-arrivals-batched": ("online.replan_every=1",),
+    "no-arrival-replan": ("online.replan_on_arrival=none",),
 }
 BATCHED = {"every-step-arrivals-batched": 6}
 """Settings whose planner sees rigid arrivals only at multiples of this many steps."""
@@ -83,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--stem", default="online_window", help="out/STEM.md and out/STEM.json")
     args = ap.parse_args(argv)
     runs = [(n, sd, policy, mode, (), 0) for n in CONTENDED for sd in args.seeds
             for policy, mode in (("fifo", "offline"), ("allocator", "offline"),
@@ -139,7 +142,7 @@ def main(argv=None) -> int:
                      f"{r['gain']:+.2f}% | {r['loss']:.2f} | {r['below_greedy']}/{r['runs']} | "
                      f"x{r['min_over_greedy']:.4f} | {r['rigid']:.1f} | {r['realtime']:.1f} |")
     lines.append("")
-    write_results(args.out, "online_window", result, "\n".join(lines))
+    write_results(args.out, args.stem, result, "\n".join(lines))
     return 0
 
 

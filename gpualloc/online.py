@@ -46,7 +46,8 @@ are executed:
   allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
   there; once stopped, it waits in the view with its remaining progress
   plus its restore as its duration;
-- between two replans (`online.fill_between`, on by default), at each step
+- between two replans (`online.fill_between`, on by default; with
+  `replan_on_arrival` on, no rigid job arrives between two replans), at each step
   t a rigid job (not preemptible) that arrived after tau starts at t if a block is free for
   its whole run, in the executed plan and in the last plan (which holds its
   placements of waiting jobs), where the forecast real-time demand still
@@ -297,7 +298,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = light_replans = filled = deferred = 0
+    replans = arrival_replans = filled = deferred = 0
     tau = 0
     while tau < s.T:
         periodic = tau % o.replan_every == 0
@@ -322,7 +323,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             planned = policy(v, cfg if periodic else light, device).owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic
-            light_replans += not periodic
+            arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed, o.commit_at_start)
         if o.fill_between or due:
@@ -334,7 +335,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         tau = stop
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
-                                   "arrival_replans": light_replans,
+                                   "arrival_replans": arrival_replans,
                                    "filled": filled, "deferred": deferred})
 
 

@@ -90,20 +90,17 @@ def test_batched_arrivals_move_rigid_jobs_only_and_plans_stay_feasible():
     from gpualloc.config import OnlineConfig, RunConfig
     from gpualloc.online import online
     from gpualloc.policies import POLICIES
-    from gpualloc.scenario import from_dict
-    doc = {"name": "node", "horizon": 16, "step_minutes": 60, "cluster": {"pools": [
-        {"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
-        "jobs": [
-            {"id": "a", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4, "duration": 4},
-            {"id": "b", "kind": "batch_inference", "priority": 3, "arrival": 1, "gpus": 2,
-             "duration": 3},
-            {"id": "c", "kind": "quantization", "priority": 4, "arrival": 7, "gpus": 4,
-             "duration": 2},
-            {"id": "d", "kind": "training", "priority": 2, "arrival": 15, "gpus": 8,
-             "duration": 1},
-            {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 2, "gpus": 1,
-             "demand": [0, 0, 2, 3, 3, 2, 1, 1, 2, 3, 4, 2, 1, 1, 2, 2]}]}
-    s = from_dict(doc)
+    from scenarios import one_node
+    s = one_node(16, [
+        {"id": "a", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4, "duration": 4},
+        {"id": "b", "kind": "batch_inference", "priority": 3, "arrival": 1, "gpus": 2,
+         "duration": 3},
+        {"id": "c", "kind": "quantization", "priority": 4, "arrival": 7, "gpus": 4,
+         "duration": 2},
+        {"id": "d", "kind": "training", "priority": 2, "arrival": 15, "gpus": 8,
+         "duration": 1},
+        {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 2, "gpus": 1,
+         "demand": [0, 0, 2, 3, 3, 2, 1, 1, 2, 3, 4, 2, 1, 1, 2, 2]}])
     b = _batched(s, 6)
     assert [j.arrival for j in b.jobs] == [0, 6, 12, 15, 2]  # 18 is past the horizon
     assert b.jobs[-1].demand == s.jobs[-1].demand

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixed_policy import fixed_greedy
+from scenarios import one_node
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.policies.fifo import fifo
@@ -308,13 +309,6 @@ def test_each_replan_gets_the_online_search_settings(moves):
     assert check(s, plan.owner).ok
     # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there.
     assert seen == [("best", 30, moves), ("priority", 20, 0)] * 2 + [("best", 30, moves)] * 2
-
-
-def one_node(horizon: int, jobs: list[dict]) -> Scenario:
-    """One 8-GPU node, hourly steps."""
-    return from_dict({"name": "node", "horizon": horizon, "step_minutes": 60, "cluster": {
-        "pools": [{"name": "h", "count": 1, "gpus_per_node": 8, "gpu_type": "H",
-                   "memory_gb": 80}]}, "jobs": jobs})
 
 
 @pytest.mark.parametrize("fill", [True, False])
