@@ -1,2 +1,69 @@
-"""gpualloc: plan how a shared GPU cluster is used."""
+"""gpualloc: plan how a shared GPU cluster is used.
+
+    import gpualloc as ga
+    s = ga.generate("mixed", seed=0)        # or ga.load("scenario.json")
+    p = ga.plan(s, "allocator", seed=0)
+    ga.check(s, p)
+    m = ga.metrics(s, p, baseline=ga.plan(s, "fifo"))
+
+The functions live in gpualloc.api; names are imported on first use, so
+`import gpualloc` itself is light.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+_API = ("load", "generate", "config", "plan", "online", "check", "metrics", "save", "load_plan",
+        "plot", "policies", "scenarios")
+_WHERE = {
+    **{name: "gpualloc.api" for name in _API},
+    "Scenario": "gpualloc.scenario", "Job": "gpualloc.scenario", "Pool": "gpualloc.scenario",
+    "ScenarioError": "gpualloc.scenario",
+    "Plan": "gpualloc.plan", "Check": "gpualloc.check",
+    "RunConfig": "gpualloc.config", "SettingError": "gpualloc.config",
+    "InfeasiblePlan": "gpualloc.run",
+}
+__all__ = sorted(_WHERE)
+
+if TYPE_CHECKING:
+    from gpualloc.api import (check, config, generate, load, load_plan, metrics, online, plan,  # noqa: F401
+                              plot, policies, save, scenarios)
+    from gpualloc.check import Check  # noqa: F401
+    from gpualloc.config import RunConfig, SettingError  # noqa: F401
+    from gpualloc.plan import Plan  # noqa: F401
+    from gpualloc.run import InfeasiblePlan  # noqa: F401
+    from gpualloc.scenario import Job, Pool, Scenario, ScenarioError  # noqa: F401
+
+
+class _Package(types.ModuleType):
+    """gpualloc's module type: the API's names are properties, so a submodule
+    of the same name (gpualloc.plan, .check, .metrics, .online, .config,
+    .generate), which Python binds on the package when first imported, never
+    hides the function (`from gpualloc.plan import Plan` still works)."""
+
+
+def _api(name: str):
+    return property(lambda self: getattr(import_module("gpualloc.api"), name),
+                    lambda self, value: None)  # a submodule's import binding it: ignored
+
+
+for _name in _API:
+    setattr(_Package, _name, _api(_name))
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'gpualloc' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -232,16 +232,24 @@ def _check_elastic(s, out, owner) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     from gpualloc.plan import load_plan
     from gpualloc.scenario import load
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m gpualloc.check SCENARIO PLAN", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="gpualloc check",
+        description="Check a plan file against its scenario (PROBLEM.md's rules). "
+                    "Exit 0: feasible; 1: infeasible (the violations are printed); 2: bad input.")
+    parser.add_argument("scenario", help="the scenario file (JSON or YAML)")
+    parser.add_argument("plan", help="the plan file")
     try:
-        scenario = load(argv[0])
-        _, owner = load_plan(argv[1], scenario)
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # --help: 0; a missing argument: argparse's usage line, 2
+        return int(e.code or 0)
+    try:
+        scenario = load(args.scenario)
+        _, owner = load_plan(args.plan, scenario)
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -420,14 +420,14 @@ class SolverConfig:
     by up to this share of the best value, shrinking to 0 over the first half
     of its moves or time (its patience counts only after that; 0: only moves
     that keep or raise it)."""
-    time_limit_s: Optional[float] = 1.0
-    """Wall-clock budget in seconds for the allocator's local search (an anytime
-    budget: the search stops at the limit, the iteration cap or its patience,
-    whichever comes first, and returns the best plan it saw; null: no limit).
-    The caps end it first on the seven on two CPU cores, so a seed gives the
-    same plan; where the clock ends it (info.local_search.stopped_by says),
-    the plan depends on the machine's speed. 1 s keeps each of the seven
-    within 2 s whole; large scenarios give the search exactly this."""
+    time_limit_s: Optional[float] = None
+    """Opt-in wall-clock cap in seconds for the allocator's local search (null:
+    none, the default). The search's budget is work: local_search_iters
+    moves and local_search_patience, so a seed gives one plan on any machine
+    and under any load. With a cap the search stops at whichever comes first
+    and returns the best plan it saw; where the clock ends it
+    (info.local_search.stopped_by says), the plan depends on the machine's
+    speed and load."""
     start_from_greedy: bool = True
     """greedy's plan competes with the repaired ones as the search's start,
     and is returned when the search ends below it: never below greedy."""

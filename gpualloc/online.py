@@ -79,6 +79,7 @@ from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
+from gpualloc.progress import bar as progress_bar
 from gpualloc.policies import POLICIES, Policy
 from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
@@ -300,6 +301,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
     replans = arrival_replans = filled = deferred = 0
     tau = 0
+    bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
     while tau < s.T:
         periodic = tau % o.replan_every == 0
         stop = min(tau - tau % o.replan_every + o.replan_every, s.T)
@@ -332,7 +334,10 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             deferred += done[1]
         progress = _trim_done(s, owner)
         _serve(s, v, index, planned, tau, stop, owner)
+        bar.update(stop - tau)
+        bar.set_postfix(replans=replans + arrival_replans, refresh=False)
         tau = stop
+    bar.close()
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
                                    "arrival_replans": arrival_replans,

@@ -21,6 +21,12 @@ class Plan:
 
     owner: torch.Tensor  # (G, T) int64, job index or IDLE
     info: dict = field(default_factory=dict)
+    # Set where a run or the Python API hands the plan out (policies leave them):
+    policy: str = ""
+    mode: str = "offline"
+    scenario: Scenario | None = field(default=None, repr=False, compare=False)
+    """The scenario planned (under the run's options)."""
+    wall_s: float | None = None
 
 
 def held(scenario: Scenario, owner: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gpualloc import progress
 from gpualloc import scenario as scenario_io
 from gpualloc.check import check
 from gpualloc.core.guarantee import check_guarantee
@@ -32,7 +33,7 @@ from gpualloc.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
 from gpualloc.policies.exact import refuse_preemptible
 from gpualloc.online import ONLINE_BY_NATURE, run_policy
-from gpualloc.plan import save_plan
+from gpualloc.plan import Plan, save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
 from gpualloc.scenario import Scenario, ScenarioError
@@ -117,18 +118,18 @@ def with_preemption(s: Scenario, kinds: list[str] | None, restart_cost: int | No
     return scenario_io.from_dict(doc)
 
 
-def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
-    """Run every chosen policy on the scenario; returns what metrics.json holds."""
-    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
-    unknown = [p for p in cfg.policies if p not in POLICIES]
+def check_policies(names: list[str]) -> None:
+    unknown = [p for p in names if p not in POLICIES]
     if unknown:
-        raise ScenarioError(f"policies: unknown {', '.join(unknown)} "
-                            f"(known: {', '.join(POLICIES)})")
-    if cfg.plot:
-        from gpualloc.plots import require_matplotlib
-        require_matplotlib()  # before the work, not after it
-    device = resolve_device(cfg.device)
-    s = build_scenario(cfg.scenario, cfg.seed)
+        raise SettingError(f"policies: unknown {', '.join(unknown)} "
+                           f"(known: {', '.join(POLICIES)})")
+
+
+def prepare(s: Scenario, cfg: RunConfig, device: torch.device) -> Scenario:
+    """The scenario under the run's options (min_served, preemptible,
+    restart_cost), refused before any planning where it cannot be planned:
+    a policy that models no segments, a grid that does not fit, a guarantee
+    no plan can keep."""
     if cfg.min_served is not None:
         s = with_min_served(s, cfg.min_served)
     if cfg.preemptible is not None or cfg.restart_cost is not None:
@@ -137,6 +138,37 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         refuse_preemptible(s)  # before any work: exact models no segments
     check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     check_guarantee(s)  # rule 4 possible at all, before any planning
+    return s
+
+
+def aims_only(name: str, mode: str) -> bool:
+    """FIFO runs as PROBLEM.md defines it and online plans only aim at rule
+    4: for them a shortfall is reported; for the others it is a bug."""
+    return name == "fifo" or (mode == "online" and name not in ONLINE_BY_NATURE)
+
+
+def plan_checked(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> tuple[Plan, float]:
+    """Policy `name`'s plan of the prepared scenario `s` and its wall time;
+    a plan the checker rejects raises InfeasiblePlan."""
+    progress.compile_notice()
+    start = time.perf_counter()
+    plan = run_policy(name, s, cfg, device)
+    wall = time.perf_counter() - start
+    verdict = check(s, plan.owner)
+    if not (verdict.ok_but_guarantee if aims_only(name, cfg.mode) else verdict.ok):
+        raise InfeasiblePlan(f"policy {name} returned an infeasible plan on {s.name}:\n{verdict}")
+    return plan, wall
+
+
+def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
+    """Run every chosen policy on the scenario; returns what metrics.json holds."""
+    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
+    check_policies(cfg.policies)
+    if cfg.plot:
+        from gpualloc.plots import require_matplotlib
+        require_matplotlib()  # before the work, not after it
+    device = resolve_device(cfg.device)
+    s = prepare(build_scenario(cfg.scenario, cfg.seed), cfg, device)
     if out_dir is not None:
         s.save(out_dir / "scenario.json")
     result = {"scenario": s.name, "seed": cfg.seed, "device": str(device),
@@ -158,15 +190,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
     owners = {}
     for name in names:
-        start = time.perf_counter()
-        plan = run_policy(name, s, cfg, device)
-        wall = time.perf_counter() - start
-        verdict = check(s, plan.owner)
-        # FIFO runs as PROBLEM.md defines it and online plans only aim at
-        # rule 4: for them a shortfall is reported, for the others it is a bug.
-        aims_only = name == "fifo" or (cfg.mode == "online" and name not in ONLINE_BY_NATURE)
-        if not (verdict.ok_but_guarantee if aims_only else verdict.ok):
-            raise InfeasiblePlan(f"policy {name} returned an infeasible plan on {s.name}:\n{verdict}")
+        plan, wall = plan_checked(name, s, cfg, device)
         row = metrics(s, plan.owner)
         row["wall_s"] = wall
         row["info"] = plan.info
@@ -249,13 +273,19 @@ def cli() -> None:
     try:
         main()
     except HydraException as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        message = lines[0].rstrip(".") if lines else type(e).__name__
-        cause = [line.strip() for line in str(e.__cause__ or "").splitlines() if line.strip()]
-        if cause:
-            message += f": {cause[0]}"
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+
+
+def one_line(e: Exception) -> str:
+    """Hydra's or OmegaConf's multi-line message as one line: its first line
+    and its cause's."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    message = lines[0].rstrip(".") if lines else type(e).__name__
+    cause = [line.strip() for line in str(e.__cause__ or "").splitlines() if line.strip()]
+    if cause:
+        message += f": {cause[0]}"
+    return message
 
 
 if __name__ == "__main__":
