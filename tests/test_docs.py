@@ -2,7 +2,7 @@
 result is reachable from docs/results.md, and every command in the README's
 shell blocks at least parses (its entry point's `--help` exits 0).
 
-The README's Python blocks are run by the API's own test.
+The README's Python blocks run too, as a user would paste them.
 """
 from __future__ import annotations
 
@@ -175,3 +175,29 @@ def test_readme_command_parses(key: tuple[str, ...]) -> None:
     assert proc.returncode == 0, (
         f"README command {COMMANDS[key]!r}: `python {' '.join(key)} --help` exited "
         f"{proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def _python_blocks(page: Path) -> list[str]:
+    blocks, current = [], None
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if current is None and line.strip() == "```python":
+            current = []
+        elif current is not None and FENCE.match(line.strip()):
+            blocks.append("\n".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+@pytest.mark.slow
+def test_readme_python_blocks_run(tmp_path) -> None:
+    """The README's Python, as a user would paste it: in a fresh process, in
+    an empty folder (it writes its files there)."""
+    blocks = _python_blocks(README)
+    assert blocks, "the README has no Python block"
+    for block in blocks:
+        out = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True,
+                             text=True, env={**os.environ, "CI": "true"})
+        assert out.returncode == 0, f"README block failed:\n{block}\n{out.stderr[-2000:]}"
+    assert (tmp_path / "plan_allocator.json").exists() and (tmp_path / "gantt.png").exists()
