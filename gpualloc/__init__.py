@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-_API = ("load", "generate", "config", "plan", "online", "check", "metrics", "save", "load_plan",
-        "plot", "policies", "scenarios")
+_API = ("load", "generate", "run_config", "plan", "online", "check", "metrics", "save", "load_plan",
+        "plot", "policy_names", "scenarios")
 _WHERE = {
     **{name: "gpualloc.api" for name in _API},
     "Scenario": "gpualloc.scenario", "Job": "gpualloc.scenario", "Pool": "gpualloc.scenario",
@@ -31,8 +31,8 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 if TYPE_CHECKING:
-    from gpualloc.api import (check, config, generate, load, load_plan, metrics, online, plan,  # noqa: F401
-                              plot, policies, save, scenarios)
+    from gpualloc.api import (check, generate, load, load_plan, metrics, online, plan,  # noqa: F401
+                              plot, policy_names, run_config, save, scenarios)
     from gpualloc.check import Check  # noqa: F401
     from gpualloc.config import RunConfig, SettingError  # noqa: F401
     from gpualloc.plan import Plan  # noqa: F401
@@ -42,9 +42,11 @@ if TYPE_CHECKING:
 
 class _Package(types.ModuleType):
     """gpualloc's module type: the API's names are properties, so a submodule
-    of the same name (gpualloc.plan, .check, .metrics, .online, .config,
-    .generate), which Python binds on the package when first imported, never
-    hides the function (`from gpualloc.plan import Plan` still works)."""
+    of the same name (gpualloc.plan, .check, .metrics, .online, .generate),
+    which Python binds on the package when first imported, never hides the
+    function. `from gpualloc.plan import Plan` still works; `import
+    gpualloc.plan as x` would give the function: write `from gpualloc
+    import ...` forms for those modules."""
 
 
 def _api(name: str):

@@ -26,8 +26,8 @@ from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
-__all__ = ["load", "generate", "config", "plan", "online", "check", "metrics", "save",
-           "load_plan", "plot", "policies", "scenarios"]
+__all__ = ["load", "generate", "run_config", "plan", "online", "check", "metrics", "save",
+           "load_plan", "plot", "policy_names", "scenarios"]
 
 
 def load(path: str | Path) -> Scenario:
@@ -55,7 +55,7 @@ def generate(name: str, seed: int = 0, **settings: Any) -> Scenario:
     return build_scenario(cfg.scenario, cfg.seed)
 
 
-def config(overrides: Iterable[str] = (), base: RunConfig | None = None, **settings: Any) -> RunConfig:
+def run_config(overrides: Iterable[str] = (), base: RunConfig | None = None, **settings: Any) -> RunConfig:
     """The run config as `gpualloc run` builds it: conf/'s defaults, then
     Hydra `overrides` (strings, e.g. "solver=quality"), then `settings`
     (keywords, sections as dicts), every value checked. `base`: start from
@@ -175,7 +175,7 @@ def plot(s: Scenario, plans: Mapping[str, Plan], path: str | Path, kind: str = "
     return draw(path, s, {name: p.owner for name, p in plans.items()}, title)
 
 
-def policies() -> list[str]:
+def policy_names() -> list[str]:
     """The registered policy names."""
     from gpualloc.policies import POLICIES
     return list(POLICIES)

@@ -43,7 +43,7 @@ def _write(s, folder):
 def test_api_plans_what_the_command_plans(tiny, tmp_path):
     """One code path: the API's plan of a file is the plan `run` writes for it."""
     path = _write(tiny, tmp_path)
-    cfg = ga.config(["+scenario=file", f"scenario.path={path}"], seed=3,
+    cfg = ga.run_config(["+scenario=file", f"scenario.path={path}"], seed=3,
                     policies=["fifo", "greedy", "allocator"])
     result = run(cfg, tmp_path)
     for name in ("greedy", "allocator"):
@@ -58,7 +58,7 @@ def test_settings_reach_the_policy_and_the_scenario(tiny):
     assert all(j.min_served == 1.0 for j in guaranteed.scenario.jobs if not j.rigid)
     assert ga.check(guaranteed.scenario, guaranteed).ok
     a = ga.plan(tiny, "allocator", seed=0, solver={"iterations": 5, "rounding": "relaxed"})
-    b = ga.plan(tiny, "allocator", seed=0, config=ga.config(solver={"iterations": 5,
+    b = ga.plan(tiny, "allocator", seed=0, config=ga.run_config(solver={"iterations": 5,
                                                                      "rounding": "relaxed"}))
     assert torch.equal(a.owner, b.owner)
 
@@ -95,7 +95,7 @@ def test_unknown_names_are_setting_errors(tiny):
 
 def test_generate_is_the_command_lines_scenario():
     s = ga.generate("mixed", seed=2, horizon=48)
-    cfg = ga.config(["+scenario=mixed", "scenario.horizon=48"], seed=2)
+    cfg = ga.run_config(["+scenario=mixed", "scenario.horizon=48"], seed=2)
     from gpualloc.run import build_scenario
     assert s.T == 48 and s.to_dict() == build_scenario(cfg.scenario, 2).to_dict()
 
@@ -138,7 +138,7 @@ def test_import_is_light_and_submodules_do_not_hide_the_api():
             "import gpualloc.plan, gpualloc.check, gpualloc.metrics, gpualloc.online; "
             "assert callable(ga.plan) and callable(ga.check) and callable(ga.metrics) "
             "and callable(ga.online) and not isinstance(ga.plan, type(sys)); "
-            "from gpualloc.plan import Plan; print(sorted(ga.policies()))")
+            "from gpualloc.plan import Plan; print(sorted(ga.policy_names()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "'allocator'" in out.stdout and "'fifo'" in out.stdout
