@@ -7,11 +7,13 @@ docstring, gpualloc/trace/__init__.py).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpualloc.files import read_text
 from gpualloc.scenario import KINDS
 
 QOS_KIND = {"LS": "realtime_inference", "Guaranteed": "training", "Burstable": "training",
@@ -48,12 +50,12 @@ class Record:
 # ---- reading CSV ------------------------------------------------------------------------
 
 def _rows(path: Path, required: list[str]):
+    # The whole file is read and decoded first (gpualloc.files: UTF-8, with or
+    # without the byte-order mark a spreadsheet writes), so a bad byte is one
+    # line naming the file, and no row was used before it was found.
+    text = read_text(path, TraceError)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
-    with f:
-        reader = csv.DictReader(f)
         header = reader.fieldnames or []
         missing = [c for c in required if c not in header]
         if missing:
@@ -67,6 +69,8 @@ def _rows(path: Path, required: list[str]):
                 raise TraceError(f"{path} line {reader.line_num}: fewer fields than the "
                                  f"header's {len(header)}")
             yield reader.line_num, row
+    except csv.Error as e:  # e.g. a field above the csv module's size limit
+        raise TraceError(f"{path} line {reader.line_num}: not a CSV row ({e})") from None
 
 
 def _number(row: dict, col: str, path: Path, line: int, lo: float | None = None) -> float:
