@@ -2,6 +2,7 @@
 file), and the one reading layer every input goes through."""
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import uuid
@@ -79,11 +80,13 @@ def decode(data: bytes, where: str | Path, error: type[Exception] = InputError) 
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise error(f"{where}: UTF-16 text (it starts with a UTF-16 byte-order mark); "
                     f"gpualloc reads UTF-8: save the file as UTF-8")
+    data = data.removeprefix(codecs.BOM_UTF8)
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        before = data[data.rfind(b"\n", 0, e.start) + 1: e.start]  # the line up to the byte
+        column = len(before.decode("utf-8", errors="replace")) + 1
         raise error(f"{where} line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at "
                     f"column {column}); save the file as UTF-8") from None
     nul = text.find("\0")
@@ -133,15 +136,15 @@ def read_yaml(path: str | Path, error: type[Exception] = InputError):
 def _utf8_strings(doc, path: Path, error: type[Exception]):
     """`doc`, once every string in it is known to be UTF-8 text: an escape
     such as \\ud800 (half a surrogate pair) parses, but no output could then
-    print or write it."""
-    stack = [doc]
+    print or write it. (Iterative, each list or mapping once: YAML's aliases
+    may make a document that holds itself.)"""
+    stack, seen = [doc], set()
     while stack:
         v = stack.pop()
-        if isinstance(v, dict):
-            stack += v.keys()
-            stack += v.values()
-        elif isinstance(v, list):
-            stack += v
+        if isinstance(v, (dict, list)):
+            if id(v) not in seen:
+                seen.add(id(v))
+                stack += [*v.keys(), *v.values()] if isinstance(v, dict) else v
         elif isinstance(v, str):
             try:
                 v.encode("utf-8")

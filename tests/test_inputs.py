@@ -349,6 +349,8 @@ def test_scenario_with_a_byte_order_mark(tmp_path, fifo_cfg):
 @pytest.mark.parametrize("raw, message", [
     (JOBS_CSV.replace("b,30", "bé,30").encode("latin-1"),
      "line 3: not UTF-8 text (byte 0xe9 at column 2)"),
+    (BOM + JOBS_CSV.replace("b,30", "éé\xff,30").encode("utf-8").replace(b"\xc3\xbf", b"\xff"),
+     "line 3: not UTF-8 text (byte 0xff at column 3)"),  # columns in characters, not bytes
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "line 1: not UTF-8 text (byte 0x89 at column 1)"),
     (JOBS_CSV.encode() + b"c,0,1,1\x00\n", "line 4: not a text file (a NUL byte)"),
     (JOBS_CSV.encode("utf-16"), "UTF-16 text"),
