@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,16 +22,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gpualloc import check as check_cmd
 from gpualloc import report
 from gpualloc import trace
-from gpualloc.plan import save_plan
+from gpualloc.files import InputError, read_json
 from gpualloc.policies.fifo import fifo
 from gpualloc.run import USER_ERRORS, run
-from gpualloc.scenario import from_dict, load
+from gpualloc.scenario import ScenarioError, from_dict, load
 from strategies import BOM, broken_bytes, broken_csv, csv_text, mutated, scenario_docs
 from test_run import composed
 
@@ -314,6 +314,33 @@ def test_report_pictures_of_broken_runs(good_run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # nothing outside the folder
     assert "no charts for cut, seed 0:" in err and "plan_greedy.json" in err
     assert "no charts for bin, seed 0:" in err and "not UTF-8" in err
+
+
+@pytest.mark.parametrize("name, raw, message", [
+    ("s.json", b'{"name": "\\ud800x"}', "a string holds '\\ud800' (half a surrogate pair)"),
+    ("s.yaml", b'name: "\\udc00"\n', "a string holds '\\udc00' (half a surrogate pair)"),
+    ("s.yaml", b"name: &a [*a]\nhorizon: 3\n", "missing field 'cluster'"),  # holds itself
+    ("s.json", b'{"horizon": NaN}', "NaN is not a valid JSON number"),
+    ("s.json", b"[" * 100_000, "nested too deeply to read"),
+    ("s.yaml", b"a: 1\n\tb: 2\n", "line 2: not valid YAML"),
+    ("s.json", b'{"name": 1,\n "x": }', "line 2: not valid JSON: Expecting value (column 7)"),
+])
+def test_documents_no_text_could_hold(tmp_path, name, raw, message):
+    # What parses but could not be printed, what holds itself, and the
+    # parsers' own errors: one line naming the file.
+    path = tmp_path / name
+    path.write_bytes(raw)
+    with pytest.raises(ScenarioError) as e:
+        load(path)
+    assert message in one_line(f"error: {e.value}\n", path)
+
+
+def test_paths_that_are_no_file(tmp_path):
+    for path, message in ((tmp_path, "is a folder, not a file"),
+                          (tmp_path / "missing.json", "cannot read (No such file"),
+                          (f"{tmp_path}/a\0b.json", "cannot read (embedded null byte)")):
+        with pytest.raises(InputError, match=re.escape(message)):
+            read_json(path)
 
 
 # ---- the issue's five files ----------------------------------------------------------------------
