@@ -12,16 +12,17 @@ import yaml
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename it over `path`."""
-    _atomic_write(path, text, "w")
+    """Write to a temporary file beside `path`, then rename it over `path`
+    (UTF-8, whatever the locale)."""
+    _atomic_write(path, text.encode("utf-8"))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """atomic_write_text for bytes (images)."""
-    _atomic_write(path, data, "wb")
+    _atomic_write(path, data)
 
 
-def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
+def _atomic_write(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
@@ -29,7 +30,7 @@ def _atomic_write(path: str | Path, data: str | bytes, mode: str) -> None:
     # would (mkstemp's 0600 would make every output private to its writer).
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+        with os.fdopen(fd, "wb") as f:
             # mkstemp makes the file private (0600); give it the mode a plain
             # open() would, so outputs stay readable where the umask allows.
             if hasattr(os, "fchmod"):
