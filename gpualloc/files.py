@@ -101,18 +101,23 @@ def read_json(path: str | Path, error: type[Exception] = InputError,
               constants: bool = False):
     """The JSON document in a file. `constants`: accept NaN and Infinity
     (Python's json writes them; the JSON standard has no such numbers)."""
-    path = Path(path)
-    text = read_text(path, error)
+    return parse_json(read_text(path, error), Path(path), error, constants)
+
+
+def parse_json(text: str, where: str | Path, error: type[Exception] = InputError,
+               constants: bool = False):
+    """The JSON document in `text` (read_json; for text that is no file, such
+    as a command's output, `where` naming it)."""
     try:
         doc = json.loads(text, parse_constant=None if constants else _reject_constant)
     except json.JSONDecodeError as e:
-        raise error(f"{path} line {e.lineno}: not valid JSON: {e.msg} "
+        raise error(f"{where} line {e.lineno}: not valid JSON: {e.msg} "
                     f"(column {e.colno})") from None
     except ValueError as e:
-        raise error(f"{path}: not valid JSON: {e}") from None
+        raise error(f"{where}: not valid JSON: {e}") from None
     except RecursionError:
-        raise error(f"{path}: nested too deeply to read") from None
-    return _utf8_strings(doc, path, error)
+        raise error(f"{where}: nested too deeply to read") from None
+    return _utf8_strings(doc, where, error)
 
 
 def read_yaml(path: str | Path, error: type[Exception] = InputError):
@@ -134,7 +139,7 @@ def read_yaml(path: str | Path, error: type[Exception] = InputError):
     return _utf8_strings(doc, path, error)
 
 
-def _utf8_strings(doc, path: Path, error: type[Exception]):
+def _utf8_strings(doc, path: str | Path, error: type[Exception]):
     """`doc`, once every string in it is known to be UTF-8 text: an escape
     such as \\ud800 (half a surrogate pair) parses, but no output could then
     print or write it. (Iterative, each list or mapping once: YAML's aliases

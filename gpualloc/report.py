@@ -7,7 +7,9 @@ scenario.json and plans) and writes beside them:
 - report.csv: per scenario, setting and policy, the mean and the sample
   standard deviation over seeds of every reported metric, and n;
 - report.md: the same table, the headline line per policy (gains over FIFO
-  over the scenarios), the failed runs with their error, the pictures;
+  over the scenarios), the failed runs with their error (a run whose files
+  are broken is one of them, with the file and what is wrong in it; the
+  other runs are reported), the pictures;
 - gains.png, gantt_<scenario>.png, utilization_<scenario>.png (gpualloc.plots;
   needs matplotlib, skipped with a note without it or with --no-plots).
 
