@@ -68,9 +68,13 @@ def no_temporaries(folder: Path) -> None:
 
 
 def choose(data, valid: bytes, docs=None) -> bytes:
-    """A broken version of `valid`: its bytes broken, or (a JSON document,
-    given as `docs`) a field mutated."""
-    if docs is not None and data.draw(st.booleans(), label="mutate a field"):
+    """`valid` as it is (a tenth of the time), or broken: its bytes broken,
+    or (a JSON document, given as `docs`) a field mutated."""
+    how = data.draw(st.sampled_from(["bytes", "field"] * 5 + ["as is"]), label="how")
+    if how == "as is":
+        event("as it is")
+        return valid
+    if docs is not None and how == "field":
         event("a field mutated")
         doc = data.draw(docs, label="document")
         return json.dumps(doc, allow_nan=True, default=repr).encode()
@@ -119,6 +123,9 @@ def plan_doc(s) -> dict:
 def test_plan_files(data):
     s = from_dict(data.draw(scenario_docs(max_jobs=4, max_horizon=6), label="scenario"))
     doc = plan_doc(s)
+    if data.draw(st.booleans(), label="a cell to another job"):  # a plan still, feasible or not
+        g, t = data.draw(st.integers(0, s.G - 1)), data.draw(st.integers(0, s.T - 1))
+        doc["owner"][g][t] = data.draw(st.integers(-1, s.J - 1))
     raw = choose(data, json.dumps(doc).encode(), mutated(st.just(doc), max_mutations=2))
     with tempfile.TemporaryDirectory() as tmp:
         scen, plan = Path(tmp) / "s.json", Path(tmp) / "plan.json"
