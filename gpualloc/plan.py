@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from gpualloc.files import atomic_write_text
+from gpualloc.files import atomic_write_text, read_json
 from gpualloc.scenario import Scenario, ScenarioError
 
 IDLE = -1
@@ -134,10 +134,7 @@ def load_plan(path: str | Path, scenario: Scenario) -> tuple[str, torch.Tensor]:
     """Read a plan file for `scenario`; returns (policy, owner). Shape and job
     list must match the scenario; anything else raises ScenarioError."""
     path = Path(path)
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ScenarioError(f"{path}: cannot read plan ({e})") from None
+    doc = read_json(path, ScenarioError)
     if not isinstance(doc, dict):
         raise ScenarioError(f"{path}: plan must be a JSON object")
     for key in ("scenario", "policy", "jobs", "owner"):
@@ -150,6 +147,9 @@ def load_plan(path: str | Path, scenario: Scenario) -> tuple[str, torch.Tensor]:
             or any(not isinstance(row, list) or len(row) != scenario.T for row in owner)):
         raise ScenarioError(f"{path}: field 'owner' must be {scenario.G} lists of "
                             f"{scenario.T} integers")
-    if any(not isinstance(v, int) or isinstance(v, bool) for row in owner for v in row):
-        raise ScenarioError(f"{path}: field 'owner' must hold integers")
+    for g, row in enumerate(owner):
+        for t, v in enumerate(row):
+            if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v < scenario.J:
+                raise ScenarioError(f"{path}: field 'owner' must hold -1 (idle) or a job index "
+                                    f"below {scenario.J}, got {v!r:.20} at owner[{g}][{t}]")
     return str(doc["policy"]), torch.tensor(owner, dtype=torch.long).reshape(scenario.G, scenario.T)

@@ -14,6 +14,7 @@ picture is drawn, and pyplot never (no global backend, no open figures).
 """
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -53,6 +54,16 @@ def _figure(width: float, height: float):
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
     return fig
+
+
+def _literal_text(draw):
+    """Draw with every text taken literally: names come from files, and a `$`
+    in one would otherwise be parsed as maths (and an unbalanced one fail)."""
+    @functools.wraps(draw)
+    def wrapped(*args, **kwargs):
+        with require_matplotlib().rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+    return wrapped
 
 
 def _save(fig, path: Path) -> Path:
@@ -125,6 +136,7 @@ def _verts(boxes: np.ndarray) -> np.ndarray:
                      np.stack([t1, g1], 1), np.stack([t0, g1], 1)], 1)
 
 
+@_literal_text
 def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
           title: str = "") -> Path:
     """One panel per policy: owner[g][t] as an image, GPU 0 at the top."""
@@ -183,6 +195,7 @@ def gantt(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
     return _save(fig, Path(path))
 
 
+@_literal_text
 def utilization(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
                 title: str = "") -> Path:
     """Top: useful GPUs per timestep and policy. Bottom: real-time GPUs served
@@ -214,6 +227,7 @@ def utilization(path: str | Path, s: Scenario, owners: dict[str, torch.Tensor],
     return _save(fig, Path(path))
 
 
+@_literal_text
 def gains(path: str | Path, rows: list[dict], title: str = "gains over FIFO") -> Path:
     """Grouped bars: x = scenarios, one bar per policy; rows hold `scenario`,
     `policy`, `util_gain_pts_mean/_std`, `wthr_gain_pct_mean/_std`."""

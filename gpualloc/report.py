@@ -7,7 +7,9 @@ scenario.json and plans) and writes beside them:
 - report.csv: per scenario, setting and policy, the mean and the sample
   standard deviation over seeds of every reported metric, and n;
 - report.md: the same table, the headline line per policy (gains over FIFO
-  over the scenarios), the failed runs with their error, the pictures;
+  over the scenarios), the failed runs with their error (a run whose files
+  are broken is one of them, with the file and what is wrong in it; the
+  other runs are reported), the pictures;
 - gains.png, gantt_<scenario>.png, utilization_<scenario>.png (gpualloc.plots;
   needs matplotlib, skipped with a note without it or with --no-plots).
 
@@ -19,18 +21,16 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from gpualloc import progress
-from gpualloc.files import atomic_write_text
+from gpualloc.files import atomic_write_text, read_json, read_yaml
 
 
 def _fmt(v, spec: str) -> str:
@@ -121,25 +121,95 @@ def find_runs(root: str | Path) -> list[Run]:
 
 
 def _read_run(folder: Path) -> Run:
-    overrides: list[str] = []
+    """A run as its files tell it; a run whose files are broken is failed, with
+    the reason (the file, and the line where there is one)."""
     try:
-        overrides = [str(o) for o in yaml.safe_load((folder / ".hydra" / "overrides.yaml")
-                                                    .read_text()) or []]
-    except (OSError, yaml.YAMLError, TypeError):
-        pass
+        overrides = _read_overrides(folder)
+    except ReportError as e:
+        return Run(folder, [], None, _named(e, folder))
     path = folder / "metrics.json"
     if not path.is_file():
         return Run(folder, overrides, None, NOT_FINISHED)
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return Run(folder, overrides, None, f"metrics.json unreadable: {e}")
+        # constants: json.dumps writes a NaN metric as NaN; the checks below
+        # refuse one where the report would compute with it.
+        doc = read_json(path, ReportError, constants=True)
+    except ReportError as e:
+        return Run(folder, overrides, None, _named(e, folder))
     if not isinstance(doc, dict) or ("error" not in doc and "policies" not in doc):
-        return Run(folder, overrides, None, "metrics.json is not gpualloc's")
+        return Run(folder, overrides, None, "metrics.json is not gpualloc's (no 'policies' and "
+                                            "no 'error' in it)")
     if "error" in doc:
-        return Run(folder, [str(o) for o in doc.get("overrides") or overrides], None,
-                   str(doc["error"]))
+        recorded = doc.get("overrides")
+        if isinstance(recorded, list):
+            overrides = [str(o) for o in recorded]
+        return Run(folder, overrides, None, str(doc["error"]) or "(an empty error)")
+    problem = _broken_metrics(doc)
+    if problem:
+        return Run(folder, overrides, None, f"metrics.json: {problem}")
     return Run(folder, overrides, doc)
+
+
+def _read_overrides(folder: Path) -> list[str]:
+    """.hydra/overrides.yaml: the run's overrides ([] for a run without one,
+    e.g. one that `gpualloc.run.run` wrote)."""
+    path = folder / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return []
+    doc = read_yaml(path, ReportError)
+    if doc is None:
+        return []
+    if not isinstance(doc, list) or not all(isinstance(o, str) for o in doc):
+        raise ReportError(f"{path}: not a list of overrides (strings)")
+    return doc
+
+
+def _named(e: ReportError, folder: Path) -> str:
+    """The error with the file named inside its run folder (the report lists
+    the folder beside it)."""
+    return str(e).replace(f"{folder}{os.sep}", "", 1)
+
+
+# The fields of a finished run's metrics.json that the report reads, and
+# whether a field may be null (a wait when no rigid job started; the
+# throughput gain when FIFO did no useful work). Every number must be finite
+# and within MAX_METRIC, far above anything a run within gpualloc's limits
+# writes (weighted throughput is at most about 1e20), so that sums and squares
+# of them stay finite.
+POLICY_FIELDS = {"utilization": False, "weighted_throughput": False, "realtime_slo": False,
+                 "jobs_completed": False, "mean_wait": True, "p95_wait": True, "wall_s": False}
+GAIN_FIELDS = {"utilization_points": False, "weighted_throughput_pct": True}
+MAX_METRIC = 1e30
+
+
+def _broken_metrics(doc: dict) -> str | None:
+    """Why a finished run's metrics.json cannot be reported; None when it can."""
+    if not isinstance(doc.get("scenario"), str) or not doc["scenario"]:
+        return f"field 'scenario' must be a scenario name, got {doc.get('scenario')!r:.40}"
+    if not isinstance(doc.get("seed"), int) or isinstance(doc["seed"], bool):
+        return f"field 'seed' must be an integer, got {doc.get('seed')!r:.40}"
+    if not isinstance(doc["policies"], dict) or not doc["policies"]:
+        return "field 'policies' must map each policy to its metrics"
+    for name, m in doc["policies"].items():
+        if not isinstance(m, dict) or not isinstance(m.get("gains"), dict):
+            return f"policy {name!r:.40}: no metrics or no 'gains' in them"
+        checks = [(m, k, null) for k, null in POLICY_FIELDS.items()]
+        checks += [(m["gains"], k, null) for k, null in GAIN_FIELDS.items()]
+        if "guarantee_shortfall" in m:
+            checks.append((m, "guarantee_shortfall", True))
+        for where, key, null in checks:
+            v = where.get(key, _MISSING)
+            if v is None and null:
+                continue
+            if (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+                    or abs(v) > MAX_METRIC):
+                got = "nothing" if v is _MISSING else f"{v!r:.40}"
+                return (f"policy {name!r:.40}: field '{key}' must be a finite number"
+                        f"{' or null' if null else ''}, got {got}")
+    return None
+
+
+_MISSING = object()
 
 
 # ---- aggregating -----------------------------------------------------------------------
@@ -249,7 +319,7 @@ def _cell(mean, std, spec: str) -> str:
 
 
 def _md_table(cols: list[str], rows: list[list[str]], right_from: int) -> list[str]:
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    esc = lambda s: " ".join(s.splitlines()).replace("|", "\\|")  # noqa: E731
     align = ["---" if i < right_from else "---:" for i in range(len(cols))]
     return ["| " + " | ".join(map(esc, r)) + " |" for r in [cols, align] + rows]
 
@@ -341,6 +411,7 @@ def draw_pictures(root: Path, runs: list[Run], rows: list[dict]) -> tuple[list[t
             continue
         scenario, sett = key
         suffix = f"_{_slug(sett)}" if settings_of[scenario] > 1 and sett else ""
+        stem = _slug(scenario) or "scenario"  # a name from a file: never a path
         title = f"{scenario}, seed {run.result['seed']}" + (f", {sett}" if sett else "")
         try:
             s = load(run.folder / "scenario.json")
@@ -352,9 +423,9 @@ def draw_pictures(root: Path, runs: list[Run], rows: list[dict]) -> tuple[list[t
             notes.append(f"no charts for {title}: {e} (run with save_plans=true)")
             continue
         pictures.append((f"plans: {title}",
-                         plots.gantt(root / f"gantt_{scenario}{suffix}.png", s, owners, title)))
+                         plots.gantt(root / f"gantt_{stem}{suffix}.png", s, owners, title)))
         pictures.append((f"utilization: {title}",
-                         plots.utilization(root / f"utilization_{scenario}{suffix}.png", s, owners,
+                         plots.utilization(root / f"utilization_{stem}{suffix}.png", s, owners,
                                            title)))
     return pictures, notes
 
@@ -366,8 +437,10 @@ def write_report(root: str | Path, pictures: bool = True) -> dict:
     runs = find_runs(root)
     rows = aggregate(runs)
     drawn, notes = draw_pictures(root, runs, rows) if pictures and rows else ([], [])
-    atomic_write_text(root / "report.csv", to_csv(rows))
-    atomic_write_text(root / "report.md", to_markdown(root, runs, rows, drawn, notes))
+    # Both texts first: a failure leaves neither file half-way.
+    table, markdown = to_csv(rows), to_markdown(root, runs, rows, drawn, notes)
+    atomic_write_text(root / "report.csv", table)
+    atomic_write_text(root / "report.md", markdown)
     return {"runs": runs, "rows": rows, "pictures": [p for _, p in drawn], "notes": notes}
 
 
@@ -383,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         out = write_report(args.dir, pictures=not args.no_plots)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. a folder it may read but not write
+        print(f"error: {e.filename or args.dir}: cannot write the report ({e.strerror or e})",
+              file=sys.stderr)
         return 2
     failed = [r for r in out["runs"] if r.result is None]
     for line in headlines(out["rows"]):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from gpualloc.files import atomic_write_text
+from gpualloc.files import atomic_write_text, read_document
 
 RIGID_KINDS = ("training", "batch_inference", "quantization")
 ELASTIC_KINDS = ("realtime_inference",)
@@ -513,31 +513,8 @@ def from_dict(doc) -> Scenario:
 
 def load(path: str | Path) -> Scenario:
     """Read a JSON or YAML scenario file; any problem raises ScenarioError."""
-    path = Path(path)
+    doc = read_document(path, ScenarioError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot read ({e.strerror or e})") from None
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
-    is_yaml = path.suffix.lower() in (".yaml", ".yml")
-    try:
-        if is_yaml:
-            doc = yaml.safe_load(text)
-        else:
-            doc = json.loads(text, parse_constant=_reject_constant)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ScenarioError(f"{path}: not valid YAML: {e.problem or e.context}{where}") from None
-    except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
-        kind = "YAML" if is_yaml else "JSON"
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ScenarioError(f"{path}: not valid {kind}: {first}") from None
-    except RecursionError:
-        raise ScenarioError(f"{path}: nested too deeply to read") from None
-    return from_dict(doc)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a valid JSON number")
+        return from_dict(doc)
+    except ScenarioError as e:  # the file named, as for a file it cannot parse
+        raise ScenarioError(f"{path}: {e}") from None

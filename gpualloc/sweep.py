@@ -14,7 +14,6 @@ silenced for these three names only.
 """
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from gpualloc import progress
+from gpualloc.files import InputError, read_json
 
 LAUNCHERS = ("joblib", "submitit_local", "submitit_slurm")
 
@@ -151,9 +151,10 @@ class SweepProgress(Callback):
             if path in self._before and self._mtime(path) == self._before[path]:
                 continue
             try:
-                failed = "error" in json.loads(path.read_text())
-            except (OSError, ValueError):
+                doc = read_json(path, constants=True)
+            except InputError:  # not written whole yet, or not a run's
                 continue
+            failed = isinstance(doc, dict) and "error" in doc
             self._seen[path] = failed
             new = True
         if new:

@@ -4,9 +4,7 @@ ScenarioError with a one-line message (exit code 2 from the command, no
 traceback). Any other exception fails the test."""
 from __future__ import annotations
 
-import copy
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -23,63 +21,12 @@ from gpualloc.plan import load_plan
 from gpualloc.policies import POLICIES
 from gpualloc.run import run
 from gpualloc.scenario import ScenarioError, from_dict, load
-from strategies import scenario_docs
+from strategies import junk, mutated_docs, scenario_docs
 from test_run import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # ---- documents ------------------------------------------------------------------------
-
-HUGE = [10**9 + 1, 2**31, 2**63, 10**30, -(2**63) - 1, 10**5 + 1]
-SPECIAL = [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.5, 1.0]
-junk = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10) | st.sampled_from(HUGE + SPECIAL)
-    | st.text(max_size=4) | st.floats(allow_nan=True, allow_infinity=True),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
-                                                                max_size=2),
-    max_leaves=6)
-
-
-def _slots(doc, out=None):
-    """Every (container, key) of a document, the root's keys included."""
-    out = [] if out is None else out
-    items = (doc.items() if isinstance(doc, dict) else
-             enumerate(doc) if isinstance(doc, list) else [])
-    for k, v in items:
-        out.append((doc, k))
-        if isinstance(v, (dict, list)):
-            _slots(v, out)
-    return out
-
-
-@st.composite
-def mutated_docs(draw):
-    """A valid document, then one to three mutations anywhere in it: a key
-    dropped, a value replaced by junk (wrong types, NaN/inf, huge numbers,
-    strings, nested junk), an integer nudged out of range, an unknown key, a
-    list item duplicated."""
-    doc = copy.deepcopy(draw(scenario_docs(max_jobs=5, max_horizon=10)))
-    for _ in range(draw(st.integers(1, 3))):
-        slots = _slots(doc)
-        if not slots:
-            break
-        container, key = draw(st.sampled_from(slots))
-        op = draw(st.sampled_from(["drop", "junk", "nudge", "unknown", "duplicate", "wrap"]))
-        value = container[key]
-        if op == "drop":
-            del container[key]
-        elif op == "junk":
-            container[key] = draw(junk)
-        elif op == "nudge" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            container[key] = value + draw(st.sampled_from([-1, 1, -(10**6), 10**6, 10**12, 0.5]))
-        elif op == "unknown" and isinstance(value, dict):
-            value[draw(st.sampled_from(["extra", "", "1"]))] = draw(junk)
-        elif op == "duplicate" and isinstance(value, list) and value:
-            value.append(copy.deepcopy(value[0]))
-        elif op == "wrap":
-            container[key] = draw(st.sampled_from([[value], {"x": value}]))
-    return doc
-
 
 any_doc = st.one_of(mutated_docs(), mutated_docs(), junk,
                     scenario_docs(max_jobs=5, max_horizon=10))

@@ -216,7 +216,7 @@ def test_unfinished_and_broken_runs_are_failed(tmp_path):
     runs = find_runs(tmp_path)
     assert [r.folder.name for r in runs] == ["0", "1"]
     assert runs[0].error.startswith("no metrics.json") and runs[0].overrides == ["seed=0"]
-    assert runs[1].error.startswith("metrics.json unreadable")
+    assert runs[1].error.startswith("metrics.json line 1: not valid JSON")
     out = write_report(tmp_path)
     assert out["rows"] == [] and "2 runs: 0 finished, 2 failed" in (
         tmp_path / "report.md").read_text()

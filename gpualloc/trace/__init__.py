@@ -8,6 +8,10 @@ cuts a time window into `step`-long timesteps and applies the rules below,
 counting every record under exactly one primary rule (they add up to the rows
 read) plus the modifiers that touched it. The command prints the counts.
 
+Trace files are UTF-8 text, with or without the byte-order mark a
+spreadsheet's "CSV UTF-8" writes; any other file (another encoding, binary)
+is one line naming the file and line, exit code 2, and nothing is written.
+
 Modules, in the order data flows (imports go one way):
 `readers` (files -> records: the Alibaba pod and node lists, a generic CSV;
 errors naming file, line and field) -> `convert` (records -> scenario:

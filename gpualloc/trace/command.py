@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpualloc.scenario import (KINDS, RIGID_KINDS, Job, Pool, Scenario, ScenarioError,
-                               from_dict)
+from gpualloc.scenario import (KINDS, MAX_HORIZON, RIGID_KINDS, Job, Pool, Scenario,
+                               ScenarioError, from_dict)
 from gpualloc.trace.convert import Import, Window, _plain, convert, parse_pool, trace_pools
 from gpualloc.trace.readers import CsvColumns, TraceError, read_alibaba, read_csv, read_nodes
 
@@ -28,7 +28,10 @@ def seconds(text: str, what: str, default_unit: str = "s") -> float:
     if not m or unit not in _UNITS:
         raise TraceError(f"{what} {text!r}: expected a number with a unit "
                          f"({', '.join(_UNITS)}), e.g. 134d, 96h, 60m")
-    return float(m.group(1)) * _UNITS[unit]
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value):
+        raise TraceError(f"{what} {text!r}: too large")
+    return value
 
 
 def _window(start: float, length: str, step: str) -> Window:
@@ -37,6 +40,9 @@ def _window(start: float, length: str, step: str) -> Window:
     if step_s <= 0 or length_s <= 0:
         raise TraceError("--step and --length must be positive")
     steps = length_s / step_s
+    if not steps <= MAX_HORIZON:
+        raise TraceError(f"--length {length}: {steps:,.0f} steps of --step {step}, above "
+                         f"gpualloc's limit of {MAX_HORIZON:,} timesteps")
     if abs(steps - round(steps)) > 1e-9:
         raise TraceError(f"--length {length} is not a whole number of --step {step}")
     if step_s % 60:
@@ -99,7 +105,14 @@ def csv_command(a: argparse.Namespace) -> Import:
              else min(r.submit for r in records))
     if a.length is None:  # up to the last end
         step_s = seconds(a.step, "--step")
-        a.length = f"{math.ceil((max(r.until for r in records) - start) / step_s) * step_s:g}s"
+        if step_s <= 0:
+            raise TraceError(f"--step {a.step}: must be positive")
+        steps = (max(r.until for r in records) - start) / step_s
+        if not steps <= MAX_HORIZON:
+            raise TraceError(f"the jobs end {steps:,.0f} steps of --step {a.step} after the "
+                             f"start, above gpualloc's limit of {MAX_HORIZON:,} timesteps: "
+                             f"give --length")
+        a.length = f"{max(1, math.ceil(steps)) * step_s!r}s"  # repr: every digit
     window = _window(start, a.length, a.step)
     if a.pool:
         if a.gpus is not None:

@@ -7,12 +7,14 @@ docstring, gpualloc/trace/__init__.py).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualloc.scenario import KINDS
+from gpualloc.files import read_text
+from gpualloc.scenario import KINDS, MAX_GPUS, MAX_INT
 
 QOS_KIND = {"LS": "realtime_inference", "Guaranteed": "training", "Burstable": "training",
             "BE": "batch_inference"}
@@ -48,17 +50,18 @@ class Record:
 # ---- reading CSV ------------------------------------------------------------------------
 
 def _rows(path: Path, required: list[str]):
+    # The whole file is read and decoded first (gpualloc.files: UTF-8, with or
+    # without the byte-order mark a spreadsheet writes), so a bad byte is one
+    # line naming the file, and no row was used before it was found.
+    text = read_text(path, TraceError)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
-    with f:
-        reader = csv.DictReader(f)
         header = reader.fieldnames or []
         missing = [c for c in required if c not in header]
         if missing:
+            shown = ", ".join(repr(c) for c in header[:20]) + (", ..." if len(header) > 20 else "")
             raise TraceError(f"{path}: missing column {', '.join(repr(c) for c in missing)} "
-                             f"(columns: {', '.join(header) or 'none'})")
+                             f"(columns: {shown or 'none'})")
         for row in reader:
             if None in row:
                 raise TraceError(f"{path} line {reader.line_num}: {len(header) + len(row[None])} "
@@ -67,26 +70,45 @@ def _rows(path: Path, required: list[str]):
                 raise TraceError(f"{path} line {reader.line_num}: fewer fields than the "
                                  f"header's {len(header)}")
             yield reader.line_num, row
+    except csv.Error as e:  # e.g. a field above the csv module's size limit
+        raise TraceError(f"{path} line {reader.line_num}: not a CSV row ({e})") from None
 
 
-def _number(row: dict, col: str, path: Path, line: int, lo: float | None = None) -> float:
+def _number(row: dict, col: str, path: Path, line: int, lo: float | None = None,
+            hi: float | None = None, unit: float = 1.0) -> float:
+    """A number field, times `unit` (a time column's seconds per unit): finite
+    once in those units, and in [lo, hi] where given."""
     text = row[col].strip()
     try:
         v = float(text)
     except ValueError:
-        raise TraceError(f"{path} line {line}: field {col!r} must be a number, got {text!r}") from None
-    if not math.isfinite(v) or (lo is not None and v < lo):
-        raise TraceError(f"{path} line {line}: field {col!r} must be a finite number"
-                         f"{f' >= {lo:g}' if lo is not None else ''}, got {text!r}")
-    return v
+        raise TraceError(f"{path} line {line}: field {col!r} must be a number, "
+                         f"got {text!r:.40}") from None
+    if math.isfinite(v) and not math.isfinite(v * unit):
+        raise TraceError(f"{path} line {line}: field {col!r} is {text!r:.40}, too large a time "
+                         f"(in seconds, not a finite number)")
+    if not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = (f" in [{lo:g}, {hi:g}]" if hi is not None else
+               f" >= {lo:g}" if lo is not None else "")
+        raise TraceError(f"{path} line {line}: field {col!r} must be a finite number{rng}, "
+                         f"got {text!r:.40}")
+    return v * unit
 
 
-def _int_field(row: dict, col: str, path: Path, line: int, lo: int = 0) -> int:
+def _int_field(row: dict, col: str, path: Path, line: int, lo: int = 0,
+               hi: int = MAX_INT) -> int:
     text = row[col].strip()
-    if not re.fullmatch(r"[+-]?\d+", text) or int(text) < lo:
-        raise TraceError(f"{path} line {line}: field {col!r} must be an integer >= {lo}, "
-                         f"got {text!r}")
+    # At most 18 digits: whatever is longer is out of range, and int() of
+    # thousands of digits is an error of its own.
+    if not re.fullmatch(r"[+-]?\d{1,18}", text) or not lo <= int(text) <= hi:
+        raise TraceError(f"{path} line {line}: field {col!r} must be an integer in "
+                         f"[{lo}, {hi:,}], got {text!r:.40}")
     return int(text)
+
+
+def _word(value: str, placeholder: str) -> str:
+    """`value` where an option may quote it as is (a plain word), else the placeholder."""
+    return value if re.fullmatch(r"[\w.+-]{1,40}", value) else placeholder
 
 
 def _types(text: str, sep: str) -> tuple[str, ...] | None:
@@ -101,7 +123,7 @@ def read_nodes(path: Path) -> list[tuple[str, int]]:
     without GPUs are skipped."""
     nodes = []
     for line, row in _rows(path, ["model", "gpu"]):
-        gpus = _int_field(row, "gpu", path, line, lo=0)
+        gpus = _int_field(row, "gpu", path, line, lo=0, hi=MAX_GPUS)
         model = row["model"].strip()
         if gpus > 0:
             if not model:
@@ -133,10 +155,11 @@ def read_alibaba(path: Path, kinds: dict[str, str] | None = None,
     for line, row in rows:
         qos = row["qos"].strip()
         if qos not in kinds or qos not in priorities:
-            raise TraceError(f"{path} line {line}: field 'qos' is {qos!r}, which has no kind or "
-                             f"priority (known: {', '.join(sorted(set(kinds) & set(priorities)))}; "
-                             f"add one with --kind {qos}=KIND --priority {qos}=P)")
-        num = _int_field(row, "num_gpu", path, line)
+            known = ", ".join(sorted(set(kinds) & set(priorities)))
+            raise TraceError(f"{path} line {line}: field 'qos' is {qos!r:.40}, which has no kind "
+                             f"or priority (known: {known}; add one with --kind "
+                             f"{_word(qos, 'QOS')}=KIND --priority {_word(qos, 'QOS')}=P)")
+        num = _int_field(row, "num_gpu", path, line, hi=MAX_GPUS)
         milli = _int_field(row, "gpu_milli", path, line)
         if num > 0 and not 0 < milli <= MILLI:
             raise TraceError(f"{path} line {line}: field 'gpu_milli' must be in 1..1000 for a "
@@ -192,16 +215,17 @@ def read_csv(path: Path, cols: CsvColumns, time_unit: float, duration_unit: floa
             raise TraceError(f"{path} line {line}: field {cols.id!r}: job {job_id!r} already on "
                              f"line {seen[job_id]}")
         seen[job_id] = line
-        submit = _number(row, cols.submit, path, line, lo=0) * time_unit
-        run = _number(row, cols.duration, path, line, lo=0) * duration_unit
-        gpus = _number(row, cols.gpus, path, line, lo=0)
+        submit = _number(row, cols.submit, path, line, lo=0, unit=time_unit)
+        run = _number(row, cols.duration, path, line, lo=0, unit=duration_unit)
+        gpus = _number(row, cols.gpus, path, line, lo=0, hi=MAX_GPUS)
         k = kind
         if cols.kind:
             raw = row[cols.kind].strip()
             k = kind_map.get(raw, raw) if raw else kind
             if k not in KINDS:
-                raise TraceError(f"{path} line {line}: field {cols.kind!r} is {raw!r}, not a kind "
-                                 f"({', '.join(KINDS)}; map it with --kind-map {raw}=KIND)")
+                raise TraceError(f"{path} line {line}: field {cols.kind!r} is {raw!r:.40}, not a "
+                                 f"kind ({', '.join(KINDS)}; map it with --kind-map "
+                                 f"{_word(raw, 'VALUE')}=KIND)")
         p = priority
         if cols.priority and row[cols.priority].strip():
             p = _number(row, cols.priority, path, line)
