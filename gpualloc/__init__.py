@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import types
 from importlib import import_module
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -41,17 +42,32 @@ if TYPE_CHECKING:
 
 
 class _Package(types.ModuleType):
-    """gpualloc's module type: the API's names are properties, so a submodule
-    of the same name (gpualloc.plan, .check, .metrics, .online, .generate),
-    which Python binds on the package when first imported, never hides the
-    function. `from gpualloc.plan import Plan` still works; `import
-    gpualloc.plan as x` would give the function: write `from gpualloc
-    import ...` forms for those modules."""
+    """gpualloc's module type. Some API names are also stage modules
+    (gpualloc.plan, .check, .metrics, .online): there the name gives the
+    module, made callable as the API's function, so both `ga.check(s, p)` and
+    `from gpualloc import check; check.main(...)` work. The others give the
+    function itself."""
+
+
+class _CallableModule(types.ModuleType):
+    """A stage module that is also the API function of its name."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(import_module("gpualloc.api"), self.__name__.rpartition(".")[2])(
+            *args, **kwargs)
 
 
 def _api(name: str):
-    return property(lambda self: getattr(import_module("gpualloc.api"), name),
-                    lambda self, value: None)  # a submodule's import binding it: ignored
+    def get(self):
+        if find_spec(f"gpualloc.{name}") is None:
+            return getattr(import_module("gpualloc.api"), name)
+        module = import_module(f"gpualloc.{name}")
+        if type(module) is types.ModuleType:
+            module.__class__ = _CallableModule
+        return module
+
+    # A submodule's import binds its name on the package: the getter decides instead.
+    return property(get, lambda self, value: None)
 
 
 for _name in _API:
