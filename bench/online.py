@@ -31,7 +31,7 @@ from bench.common import ROOT, SEVEN, composed, git_commit, machine
 from gpualloc.check import check
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import gains, metrics
-from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, online, run_policy
+from gpualloc.online import FORECASTS, online, run_policy
 from gpualloc.policies import POLICIES
 from gpualloc.core.guarantee import check_guarantee
 from gpualloc.run import build_scenario, with_min_served
@@ -86,7 +86,7 @@ def bench(args) -> dict:
         base = metrics(s, POLICIES["fifo"](s, cfg, device).owner)
         for name in names:
             for mode, forecast in [("offline", None)] + [("online", f) for f in args.forecasts]:
-                if name in ONLINE_BY_NATURE and mode == "online":
+                if POLICIES[name].online_by_nature and mode == "online":
                     continue
                 c = copy.deepcopy(cfg)
                 c.mode = mode

@@ -7,7 +7,7 @@ offered load) and runs each policy on it in a fresh process, measuring:
 
 - wall time of the policy (the time to its final plan) and its peak memory
   (CPU: peak resident bytes above those before the policy, via
-  gpualloc.memory.measure_rss_peak; CUDA: torch.cuda.max_memory_allocated);
+  gpualloc.policies.allocator.memory.measure_rss_peak; CUDA: torch.cuda.max_memory_allocated);
 - for the allocator: relaxation iterations per second, relax_s, repair_s,
   local_search_s (its Plan.info), the memory guard's estimate beside the
   measured peak, and its weighted throughput against greedy's and FIFO's;
@@ -144,7 +144,7 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     from gpualloc.config import RunConfig
     from gpualloc.generate import generate
     from gpualloc.kernels.pgd import bytes_moved
-    from gpualloc.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
+    from gpualloc.policies.allocator.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
                                  scenario_bytes)
     from gpualloc.metrics import metrics
     from gpualloc.policies import POLICIES

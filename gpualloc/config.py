@@ -43,7 +43,7 @@ ARRIVAL_REPLANS = ("none", "light", "full")
 ROUNDINGS = ("relaxed", "priority", "best")
 GRIDS = ("auto", "dense", "packed")
 DTYPES = ("float32", "bfloat16", "float16")
-"""dtypes of the allocator's relaxed grid (gpualloc.memory reads their sizes from torch)."""
+"""dtypes of the allocator's relaxed grid (gpualloc.policies.allocator.memory reads their sizes from torch)."""
 SEED_MAX = 2**31 - 1
 """Largest run seed: the exact policy hands it to CP-SAT, whose random_seed is 32-bit."""
 
@@ -466,7 +466,7 @@ class SolverConfig:
     One by default: its tensors are small, and on shared cores more threads
     make it slower, not faster."""
     memory_budget_gb: Optional[float] = None
-    """GiB the run may use (the memory guard, gpualloc.memory); null: 90% of
+    """GiB the run may use (the memory guard, gpualloc.policies.allocator.memory); null: 90% of
     the device's free memory. Above it, a run stops with a clear message."""
 
     def __post_init__(self) -> None:

@@ -83,14 +83,10 @@ from gpualloc.policies import POLICIES, Policy
 from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
-ONLINE_BY_NATURE = ("fifo",)
-"""Policies that run unchanged in online mode."""
-
-
 def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     """The registry policy `name` on `s`, offline or online as `cfg.mode` says
     (`cfg`'s settings are checked where they are defined: gpualloc.config)."""
-    if cfg.mode == "offline" or name in ONLINE_BY_NATURE:
+    if cfg.mode == "offline" or POLICIES[name].online_by_nature:
         return POLICIES[name](s, cfg, device)
     return online(s, POLICIES[name], cfg, device, name=name)
 

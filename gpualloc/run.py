@@ -28,10 +28,9 @@ from gpualloc.config import (FileScenarioConfig, GeneratedScenarioConfig, RunCon
                              register_configs)
 from gpualloc.files import atomic_write_text
 from gpualloc.generate import generate
-from gpualloc.memory import check_scenario_memory
+from gpualloc.policies.allocator.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
-from gpualloc.policies.exact import refuse_preemptible
-from gpualloc.online import ONLINE_BY_NATURE, run_policy
+from gpualloc.online import run_policy
 from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
@@ -133,8 +132,9 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         s = with_min_served(s, cfg.min_served)
     if cfg.preemptible is not None or cfg.restart_cost is not None:
         s = with_preemption(s, cfg.preemptible, cfg.restart_cost)
-    if "exact" in cfg.policies:
-        refuse_preemptible(s)  # before any work: exact models no segments
+    for name in cfg.policies:  # before any work: a scenario a policy does not model
+        if POLICIES[name].refuses is not None:
+            POLICIES[name].refuses(s)
     check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     check_guarantee(s)  # rule 4 possible at all, before any planning
     if out_dir is not None:
@@ -164,7 +164,9 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         verdict = check(s, plan.owner)
         # FIFO runs as PROBLEM.md defines it and online plans only aim at
         # rule 4: for them a shortfall is reported, for the others it is a bug.
-        aims_only = name == "fifo" or (cfg.mode == "online" and name not in ONLINE_BY_NATURE)
+        policy = POLICIES[name]
+        aims_only = not policy.keeps_guarantee or (cfg.mode == "online"
+                                                   and not policy.online_by_nature)
         if not (verdict.ok_but_guarantee if aims_only else verdict.ok):
             raise InfeasiblePlan(f"policy {name} returned an infeasible plan on {s.name}:\n{verdict}")
         row = metrics(s, plan.owner)

@@ -9,6 +9,7 @@ from gpualloc.policies.fifo import fifo
 from gpualloc.policies.greedy import greedy
 from gpualloc.metrics import weighted_throughput
 from gpualloc.scenario import Scenario
+from gpualloc.policies import rivals
 from strategies import scenarios
 from test_fifo import elastic, rigid, scen
 
@@ -16,7 +17,7 @@ from test_fifo import elastic, rigid, scen
 def run(s, **cfg):
     # variants=False in the ablations below: the demand-aware pass alone,
     # without the plain backfill that greedy also runs and keeps when better.
-    plan = greedy(s, GreedyConfig(**cfg))
+    plan = greedy(s, GreedyConfig(**cfg), rivals=rivals())
     verdict = check(s, plan.owner)
     assert verdict.ok, str(verdict)
     return plan.owner
@@ -230,7 +231,7 @@ def test_greedy_runs_something_when_fifo_does(s):
 def test_rejects_wrong_fixed_shape():
     s = scen([(1, 2, "H")], [rigid("a", 1, 1)])
     with pytest.raises(ValueError, match="fixed"):
-        greedy(with_fixed(s, torch.full((3, 6), -1)))
+        greedy(with_fixed(s, torch.full((3, 6), -1)), rivals=rivals())
 
 
 @given(scenarios(max_jobs=10, max_horizon=12))

@@ -13,7 +13,7 @@ from hypothesis import given
 
 from gpualloc.config import SettingError, SolverConfig
 from gpualloc.kernels.pgd import triton_available
-from gpualloc.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
+from gpualloc.policies.allocator.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
                              check_scenario_memory, cpu_available, dense_bytes, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
                              scenario_bytes)

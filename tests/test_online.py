@@ -10,15 +10,16 @@ from scenarios import one_node
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.policies.fifo import fifo
-from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, forecast, online, run_policy, visible
+from gpualloc.online import FORECASTS, forecast, online, run_policy, visible
 from gpualloc.plan import Plan, empty_owner
 from gpualloc.policies import POLICIES
 from gpualloc.scenario import Job, Scenario, ScenarioError, from_dict
+from gpualloc.policies import rivals
 from strategies import scenario_docs
 
 NOT_ORACLE = [f for f in FORECASTS if f != "oracle"]
 # Registry policies that plan online through the loop (greedy, the allocator).
-REPLANNING = [name for name in POLICIES if name not in ONLINE_BY_NATURE]
+REPLANNING = [name for name, p in POLICIES.items() if not p.online_by_nature]
 
 
 def cfg(forecast="last_day", every=1, **kw) -> RunConfig:
@@ -294,7 +295,7 @@ def test_each_replan_gets_the_online_search_settings(moves):
     def spy(view, c, device="cpu"):
         seen.append((c.solver.rounding, c.solver.local_search_iters,
                      c.solver.local_search_anneal_iters))
-        plan = allocator(view, c.solver, device)
+        plan = allocator(view, c.solver, device, rivals=rivals())
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0)
         return plan
 

@@ -20,7 +20,8 @@ ALT_POLICY = """
 import gpualloc.policies as P
 from gpualloc.config import FifoConfig
 from gpualloc.policies.fifo import fifo
-P.POLICIES["fifo_r0"] = lambda s, cfg, device: fifo(s, FifoConfig(reserve=0), device)
+P.POLICIES["fifo_r0"] = P.Policy(lambda s, cfg, device: fifo(s, FifoConfig(reserve=0), device),
+                               online_by_nature=True, keeps_guarantee=False)
 from gpualloc.run import main
 main()
 """

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gpualloc.config import ExactConfig, GreedyConfig
+from gpualloc.config import ExactConfig
 from gpualloc.core.guarantee import GuaranteeError
-from gpualloc.metrics import held, weighted_throughput
-from gpualloc.plan import IDLE, Plan
+from gpualloc.objective import weighted_throughput
+from gpualloc.plan import IDLE, Plan, held
 from gpualloc.scenario import Scenario, ScenarioError
 
 
@@ -163,8 +163,9 @@ def _groups(keys: np.ndarray, var: np.ndarray):
 # ---- CP-SAT ----------------------------------------------------------------------
 
 def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | str = "cpu",
-          seed: int = 0) -> Plan:
-    """The CP-SAT plan maximizing weighted throughput. info: objective,
+          seed: int = 0, rivals: dict | None = None) -> Plan:
+    """The CP-SAT plan maximizing weighted throughput, started from greedy's
+    plan where the registry hands it (`rivals`: gpualloc.policies.rivals). info: objective,
     best_bound, optimal (proven), status, build_s, solve_s, variables,
     trajectory (each improving solution: seconds into the solve, objective;
     the first one is usually greedy's hint), and lp_bound."""
@@ -221,9 +222,8 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
     model.maximize(cp_model.LinearExpr.weighted_sum(x, m.value.tolist()))
 
     hint = None
-    if cfg.hint and m.size:
-        from gpualloc.policies.greedy import greedy
-        hint = greedy(s, GreedyConfig(), "cpu").owner
+    if cfg.hint and m.size and rivals and "greedy" in rivals:
+        hint = rivals["greedy"](s).owner
         for i, v in enumerate(_hint_values(s, m, hint)):
             model.add_hint(x[i], bool(v))
 
@@ -256,9 +256,10 @@ def exact(s: Scenario, cfg: ExactConfig | None = None, device: torch.device | st
                     best_bound=m.constant + (solver.best_objective_bound if m.size else 0.0),
                     optimal=status == cp_model.OPTIMAL, solution="cp-sat")
     else:
-        # No solution within the limit: greedy's plan is still a plan.
-        from gpualloc.policies.greedy import greedy
-        owner = hint if hint is not None else greedy(s, GreedyConfig(), "cpu").owner
+        # No solution within the limit: greedy's plan is still a plan (the
+        # fixed cells alone where the registry handed none).
+        owner = hint if hint is not None else (rivals["greedy"](s).owner if rivals and "greedy"
+                                               in rivals else _fixed(s).clone())
         info.update(objective=weighted_throughput(s, owner), best_bound=None, optimal=False,
                     solution="greedy (CP-SAT found none in time)")
     if cfg.lp:

@@ -60,21 +60,20 @@ from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
+from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
 
 def greedy(s: Scenario, cfg: GreedyConfig | None = None,
-           device: torch.device | str = "cpu") -> Plan:
+           device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
     """Greedy's plan of `s` (the placement core runs on the CPU whatever `device`
-    says); with `cfg.variants`, the plain EASY backfill's too, the better kept."""
+    says); with `cfg.variants`, the plain EASY backfill's too (`rivals`, from
+    the registry: gpualloc.policies.rivals), the better kept."""
     cfg = cfg or GreedyConfig()
     plan = _Greedy(s, cfg).run()
-    if cfg.variants:
-        from gpualloc.metrics import weighted_throughput
-        from gpualloc.policies.backfill import backfill
-
-        plain = backfill(s)
+    if cfg.variants and rivals and "backfill" in rivals:
+        plain = rivals["backfill"](s)
         if weighted_throughput(s, plain.owner) > weighted_throughput(s, plan.owner):
             plan = Plan(owner=plain.owner, info={**plan.info, "variant": "backfill"})
     return plan

@@ -6,7 +6,7 @@ import torch
 from gpualloc import progress
 from gpualloc.config import SolverConfig
 from gpualloc.core.guarantee import planning_fixed
-from gpualloc.metrics import held
+from gpualloc.plan import held
 from gpualloc.policies.allocator.grid import DTYPES, Grid
 from gpualloc.scenario import Scenario
 
