@@ -331,7 +331,7 @@ class GeneratedScenarioConfig:
     def validate(self, at: str = "scenario") -> None:
         """Its own fields, its pools and workloads (their places named), and the
         GPU types the workloads ask for against the pools'. The practical size
-        limits (horizon, GPUs, jobs) are gpualloc.generate's, with the scenario's."""
+        limits (horizon, GPUs, jobs) are gpualloc.scenario.generate's, with the scenario's."""
         r = _Rules(self, at)
         r.number("horizon", "[1, inf)", integer=True)
         r.number("step_minutes", "[1, inf)", integer=True)

@@ -27,7 +27,7 @@ from gpualloc.core.guarantee import check_guarantee
 from gpualloc.config import (FileScenarioConfig, GeneratedScenarioConfig, RunConfig, SettingError,
                              register_configs)
 from gpualloc.files import atomic_write_text
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.policies.allocator.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
 from gpualloc.online import run_policy

@@ -8,7 +8,7 @@ pytest.importorskip("highspy")
 from gpualloc.check import check  # noqa: E402
 from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  # noqa: E402
                              RealtimeWorkloadConfig, RigidWorkloadConfig)
-from gpualloc.generate import generate  # noqa: E402
+from gpualloc.scenario.generate import generate  # noqa: E402
 from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
                             lp_relaxation, mip_bound)
 from gpualloc.policies.fifo import fifo  # noqa: E402

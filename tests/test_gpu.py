@@ -9,7 +9,7 @@ from gpualloc.policies.allocator import allocator
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
 from gpualloc.policies.fifo import fifo
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.kernels.pgd import pgd_step, pgd_step_ref
 from gpualloc.policies.allocator.memory import grid_bytes
 from gpualloc.metrics import weighted_throughput

@@ -19,7 +19,7 @@ import torch
 
 from gpualloc import files
 from gpualloc.files import atomic_write_text
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
 from gpualloc.run import run, with_preemption

@@ -357,7 +357,7 @@ def test_online_fill_between_replans_beside_preemptible_segments():
     from gpualloc.config import (GeneratedScenarioConfig, OnlineConfig, PoolConfig,
                                  RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                                  SolverConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.online import run_policy
 
     s = generate(GeneratedScenarioConfig(

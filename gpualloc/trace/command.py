@@ -136,7 +136,7 @@ def _priority_opt(v: str) -> float:
 
 def _add_services(result: Import, a: argparse.Namespace) -> Import:
     from gpualloc.config import RealtimeWorkloadConfig
-    from gpualloc.generate import demand_curve
+    from gpualloc.scenario.generate import demand_curve
 
     s = result.scenario
     if not 0 < a.realtime_peak:
