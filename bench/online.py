@@ -34,7 +34,8 @@ from gpualloc.metrics import gains, metrics
 from gpualloc.online import FORECASTS, online, run_policy
 from gpualloc.policies import POLICIES
 from gpualloc.core.guarantee import check_guarantee
-from gpualloc.run import build_scenario, with_min_served
+from gpualloc.run import build_scenario
+from gpualloc.scenario import with_min_served
 from gpualloc.scenario import ScenarioError
 
 TRACES = ["alibaba"]  # file scenarios: one run, seeds do not change them

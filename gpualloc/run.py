@@ -34,7 +34,7 @@ from gpualloc.online import run_policy
 from gpualloc.plan import save_plan
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
-from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.scenario import Scenario, ScenarioError, with_min_served, with_preemption
 from gpualloc.sweep import register_launchers
 
 
@@ -83,37 +83,6 @@ def build_scenario(cfg, seed: int) -> Scenario:
     if isinstance(cfg, GeneratedScenarioConfig):
         return generate(cfg, seed)
     raise ScenarioError(f"scenario: unknown scenario config {type(cfg).__name__}")
-
-
-def with_min_served(s: Scenario, share: float) -> Scenario:
-    """The scenario with min_served = share on every real-time service (the
-    run option `min_served=F`, over the file's or generator's values)."""
-    doc = s.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] in scenario_io.ELASTIC_KINDS:
-            job["min_served"] = share
-        else:
-            job.pop("min_served", None)
-    return scenario_io.from_dict(doc)
-
-
-def with_preemption(s: Scenario, kinds: list[str] | None, restart_cost: int | None) -> Scenario:
-    """The scenario under the run options `preemptible=[KIND, ...]` and
-    `restart_cost=N`, over the file's or generator's values. `kinds`: exactly
-    the rigid jobs of these kinds are preemptible, no other (None: as the
-    scenario says); `restart_cost`: that of every preemptible job (None:
-    each keeps its own, 0 for a job `kinds` made preemptible)."""
-    doc = s.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] not in scenario_io.RIGID_KINDS:
-            continue
-        if kinds is not None:
-            job["preemptible"] = job["kind"] in kinds
-            if not job["preemptible"]:
-                job.pop("restart_cost", None)
-        if restart_cost is not None and job.get("preemptible"):
-            job["restart_cost"] = restart_cost
-    return scenario_io.from_dict(doc)
 
 
 def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
