@@ -40,7 +40,7 @@ from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,
                              register_configs)
 from gpualloc.check import check
 from gpualloc.policies.exact import exact, lp_relaxation, mip_bound, model_size
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
 from gpualloc.policies import rivals

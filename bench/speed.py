@@ -142,7 +142,7 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     overrides SolverConfig fields (default: conf/solver/default.yaml's values)."""
     from gpualloc.check import check
     from gpualloc.config import RunConfig
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.kernels.pgd import bytes_moved
     from gpualloc.policies.allocator.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
                                  scenario_bytes)

@@ -158,7 +158,7 @@ def test_local_search_with_threshold_accepting_returns_the_best_plan_it_saw(acce
     # back is still the best plan seen, never below the start, and feasible.
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.policies.allocator.repair import build
     from gpualloc.policies.allocator.search import improve
 
@@ -187,7 +187,7 @@ def test_second_walk_never_lowers_the_climb(seed):
     # clock both runs are repeatable, so the climb's value is a floor.
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
 
     s = generate(GeneratedScenarioConfig(
         name="walks", horizon=24, pools=[PoolConfig("h", 2, 8, "H100", 80.0),

@@ -263,7 +263,6 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
            name: str = "policy", on_view=None) -> Plan:
     """Rolling-horizon plan of `s` by `policy` (module docstring). `on_view`,
     if given, is called with each (tau, view scenario, view -> scenario index)."""
-    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
     o = cfg.online
     if getattr(cfg, "solver", None) is not None:
         cfg = copy.deepcopy(cfg)
