@@ -44,6 +44,25 @@ def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
             // s.gpus[:, None]).numpy()
 
 
+def time_major(grid: torch.Tensor) -> np.ndarray:
+    """(T, G) int64: a (G, T) owner grid turned time-major, the layout of the
+    core's grids, as an own C-order copy (a transpose of a one-step or one-GPU
+    grid is already contiguous, so np.ascontiguousarray would hand out the
+    original, and a caller writing into it would write into the plan)."""
+    return np.array(grid.cpu().numpy().T, dtype=np.int64, order="C")
+
+
+def still_wanted(s: Scenario, fixed: np.ndarray | None,
+                 target: np.ndarray | None = None) -> np.ndarray:
+    """(J, T) int64: replicas still wanted once the cells of `fixed` (T, G;
+    None: no cells) serve theirs; `target`: what is wanted (the demand by
+    default; e.g. the guaranteed replicas)."""
+    target = s.demand.numpy() if target is None else target
+    if fixed is None:
+        return target.astype(np.int64, copy=True)
+    return np.maximum(target - replicas_held(s, fixed), 0)
+
+
 def fixed_jobs(s: Scenario) -> np.ndarray:
     """(J,) bool: jobs holding cells in `s.fixed` (decided before planning:
     a rigid one has started and is not planned again)."""

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -36,15 +36,12 @@ class Schedule:
         self.cum_weight = np.concatenate([[0.0], np.cumsum(self.step_weight)])  # (T + 1,)
         self.discounted = discount > 0
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-        fixed = None if fixed is None else fixed.cpu().numpy().T
+        fixed = None if fixed is None else time_major(fixed)
         self.occ = Occupancy(lay, fixed)
         self.done = fixed_jobs(s) & lay.rigid  # started already: not planned again
         self.elastic = [j for j in range(lay.J) if not lay.rigid[j] and not lay.unplaceable[j]]
         # Replicas the fixed cells already serve count against demand.
-        demand = lay.demand.copy()
-        if fixed is not None:
-            demand = np.maximum(demand - replicas_held(s, fixed), 0)
-        self.demand = demand  # (J, T) replicas still to serve
+        demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (J,)
         self.elastic_order = sorted(self.elastic, key=lambda j: (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
@@ -30,9 +30,9 @@ from gpualloc.scenario import Scenario
 def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     lay = layout(s)
     fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-    occ = Occupancy(lay, None if fixed is None else fixed.cpu().numpy().T)
+    occ = Occupancy(lay, None if fixed is None else time_major(fixed))
     owner = occ.owner_grid()  # (T, G): fixed cells, then what starts and what is served
-    need = np.maximum(lay.demand - replicas_held(s, owner), 0)  # replicas still wanted
+    need = still_wanted(s, owner)  # (J, T) replicas still wanted
     order = priority_order(s)
     elastic = [j for j in order if not lay.rigid[j] and not lay.unplaceable[j]]
     done = fixed_jobs(s)

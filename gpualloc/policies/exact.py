@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from gpualloc.config import ExactConfig
+from gpualloc.core import still_wanted, time_major
 from gpualloc.core.guarantee import GuaranteeError
 from gpualloc.objective import weighted_throughput
 from gpualloc.plan import IDLE, Plan, held
@@ -95,7 +96,7 @@ def build_model(s: Scenario) -> Model:
     P[1:, 1:] = (fixed >= 0).numpy().astype(np.int64).cumsum(0).cumsum(1)
     in_fixed = np.zeros(s.J, dtype=bool)
     in_fixed[fixed[fixed >= 0].unique().numpy()] = True
-    need = (s.demand - held(s, fixed) // s.gpus[:, None]).clamp(min=0).numpy()
+    need = still_wanted(s, time_major(fixed))  # (J, T) what the fixed cells leave
     parts = []
     for j, job in enumerate(s.jobs):
         if s.unplaceable[j]:
@@ -422,7 +423,7 @@ def _pool_lp(s: Scenario):
     np.add.at(free, gpu_pool, (fixed < 0).numpy().astype(np.float64))  # (P, T)
     in_fixed = np.zeros(s.J, dtype=bool)
     in_fixed[fixed[fixed >= 0].unique().numpy()] = True
-    need = (s.demand - held(s, fixed) // s.gpus[:, None]).clamp(min=0).numpy()
+    need = still_wanted(s, time_major(fixed))  # (J, T) what the fixed cells leave
     c, col_upper = [], []
     rows, cols, vals = [], [], []
     cap_rows = n_pools * T  # rows 0 .. P*T-1: capacity of (pool, t)

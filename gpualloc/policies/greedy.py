@@ -54,7 +54,7 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core import blocks as kb
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
@@ -193,17 +193,13 @@ class _Greedy:
             raise ValueError(f"scenario.fixed is {tuple(s.fixed.shape)}, the scenario needs "
                              f"({G}, {T})")
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-        fixed = None if fixed is None else fixed.cpu().numpy().T
+        fixed = None if fixed is None else time_major(fixed)
         # hard: fixed cells, started rigid jobs and the EASY reservation.
         self.hard = Occupancy(lay, fixed, cuttable=cfg.preempt)
         self.length = self.hard.length  # steps j's next segment runs from t
         self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts
         in_fixed = fixed_jobs(s)
-        # Replicas still wanted once the fixed cells are counted.
-        need = lay.demand.copy()
-        if fixed is not None:
-            need = np.maximum(need - replicas_held(s, fixed), 0)
-        self.need = need  # (J, T)
+        need = self.need = still_wanted(s, fixed)  # (J, T) once the fixed cells serve theirs
         order = priority_order(s)
         self.rank = {j: i for i, j in enumerate(order)}
         self.preempt = cfg.preempt and bool(lay.preemptible.any())
