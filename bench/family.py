@@ -37,7 +37,7 @@ from gpualloc.check import check
 from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
-from gpualloc.policies.exact import lp_relaxation, mip_bound
+from gpualloc.policies.bounds import lp_relaxation, mip_bound
 
 POLICY_ORDER = ["fifo", "backfill", "greedy", "allocator"]
 LP_SECONDS = 20.0

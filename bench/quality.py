@@ -39,7 +39,8 @@ from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,
                              RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                              register_configs)
 from gpualloc.check import check
-from gpualloc.policies.exact import exact, lp_relaxation, mip_bound, model_size
+from gpualloc.policies.bounds import lp_relaxation, mip_bound
+from gpualloc.policies.exact import exact, model_size
 from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES

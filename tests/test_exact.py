@@ -9,8 +9,9 @@ from gpualloc.check import check  # noqa: E402
 from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  # noqa: E402
                              RealtimeWorkloadConfig, RigidWorkloadConfig)
 from gpualloc.scenario.generate import generate  # noqa: E402
-from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
-                            lp_relaxation, mip_bound)
+from gpualloc.policies.bounds import lp_relaxation, mip_bound  # noqa: E402
+from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model,  # noqa: E402
+                                     exact)
 from gpualloc.policies.fifo import fifo  # noqa: E402
 from gpualloc.policies.greedy import greedy  # noqa: E402
 from gpualloc.metrics import weighted_throughput  # noqa: E402

@@ -208,7 +208,7 @@ class ExactConfig:
     max_variables: int = 200_000
     """Refuse above this many Boolean candidates ((rigid job, start, block) and
     (elastic job, block, t)): CP-SAT would not prove anything in useful time.
-    Use the LP bound (gpualloc.policies.exact.lp_bound) for larger scenarios."""
+    Use the LP bound (gpualloc.policies.bounds.lp_bound) for larger scenarios."""
     hint: bool = True
     """Start CP-SAT from greedy's plan (a feasible solution from the first second)."""
     lp: bool = True
@@ -220,7 +220,7 @@ class ExactConfig:
     """HiGHS wall-clock limit for the LP; at the limit no bound is reported."""
     mip_time_limit_s: float = 20.0
     """HiGHS wall-clock limit for the per-pool MIP bound
-    (gpualloc.policies.exact.mip_bound); the bound proven by then is reported."""
+    (gpualloc.policies.bounds.mip_bound); the bound proven by then is reported."""
 
     def __post_init__(self) -> None:
         self.validate()

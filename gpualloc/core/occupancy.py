@@ -149,6 +149,15 @@ class Occupancy:
             kb.update_runs(self.busy, self.run, first, first + k, end)
             return held
 
+    def busy_unheld(self, t: int) -> np.ndarray:
+        """(G,) bool, a copy: GPUs a rigid job or a fixed cell holds at t, the
+        reservation's cells not counted (they are free now)."""
+        busy = self.busy[t].copy()
+        if self.held is not None and self.held[0] <= t < self.held[1]:
+            first, k = self.held[2], self.held[3]
+            busy[first:first + k] = self.fixed[t, first:first + k] >= 0
+        return busy
+
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),
                         self.first.copy(),

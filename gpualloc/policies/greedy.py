@@ -56,10 +56,11 @@ from numba import njit
 from gpualloc.config import GreedyConfig
 from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core import blocks as kb
+from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
+from gpualloc.core.pack import fill_elastic, serve_best_fit
 from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
@@ -79,24 +80,7 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
     return plan
 
 
-# ---- greedy's own keys, compiled ---------------------------------------------------------
-
-@njit(cache=True)
-def _runs_in_nodes(free, gpu_node, node_first, node_end, out):
-    """out[g]: length of the run of free GPUs (inside g's node) holding g."""
-    for n in range(node_first.shape[0]):
-        g = node_first[n]
-        while g < node_end[n]:
-            if not free[g]:
-                out[g] = 0
-                g += 1
-                continue
-            a = g
-            while g < node_end[n] and free[g]:
-                g += 1
-            for x in range(a, g):
-                out[x] = g - a
-
+# ---- greedy's own fit key, compiled ---------------------------------------------------------
 
 @njit(cache=True)
 def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool, pool_gpn, out):
@@ -121,7 +105,7 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         for x in range(a, n):
             node_run[x] = n - a
     run = np.zeros(G, dtype=np.int64)
-    _runs_in_nodes(free, gpu_node, node_first, node_end, run)
+    runs_in_nodes(free, gpu_node, node_first, node_end, run)
     W = G + 1
     for i in range(cand.shape[0]):
         b = cand[i]
@@ -130,56 +114,6 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         scarce = want_cs[b + k] - want_cs[b]
         key = (scarce * W + left) * W + min(node_run[node], G)
         out[i] = (key * W + min(run[b], G)) * W + b
-
-
-@njit(cache=True)
-def _serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
-                    job_class, gpu_node, node_first, node_end, picks, n_picks):
-    """Elastic replicas at one timestep, best fit replica by replica: jobs
-    in order, each on the free block (occ (G,) bool busy) whose GPUs the
-    fewest later jobs can use, then the shortest free run, then the lowest
-    index. Writes picks[i, :n_picks[i]] (first GPUs)."""
-    G = occ.shape[0]
-    E, P = jobs.shape[0], pool_ok.shape[1]
-    run = np.zeros(G, dtype=np.int64)
-    free = np.zeros(G, dtype=np.bool_)
-    want_cs = np.zeros(G + 1, dtype=np.int64)
-    for i in range(E):
-        j = jobs[i]
-        k = gpus[i]
-        pool_want = np.zeros(P, dtype=np.int64)
-        for f in range(i + 1, E):
-            if need[f] > 0:
-                for p in range(P):
-                    pool_want[p] += pool_ok[f, p]
-        for g in range(G):
-            want_cs[g + 1] = want_cs[g] + pool_want[gpu_pool[g]]
-        c = job_class[j]
-        n_picks[i] = 0
-        for _ in range(need[i]):
-            for g in range(G):
-                free[g] = not occ[g]
-            _runs_in_nodes(free, gpu_node, node_first, node_end, run)
-            best, best_s, best_r = -1, 0, 0
-            for x in range(class_ptr[c], class_ptr[c + 1]):
-                b = class_blocks[x]
-                ok = True
-                for g in range(b, b + k):
-                    if occ[g]:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                s = want_cs[b + k] - want_cs[b]
-                r = min(run[b], G)
-                if best < 0 or s < best_s or (s == best_s and r < best_r):
-                    best, best_s, best_r = b, s, r
-            if best < 0:
-                break
-            for g in range(best, best + k):
-                occ[g] = True
-            picks[i, n_picks[i]] = best
-            n_picks[i] += 1
 
 
 # ---- the policy ----------------------------------------------------------------------------
@@ -467,11 +401,7 @@ class _Greedy:
         lay = self.lay
         waiting = [j for j in self.queue if lay.arrival[j] <= t]
         self.waiting_gpus = int(lay.gpus[waiting].sum()) if waiting else 0
-        held = self.hard.held
-        busy_t = self.hard.busy[t].copy()  # GPUs no rigid or fixed cell holds (not the reservation)
-        if held is not None and held[0] <= t < held[1]:
-            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
-        self.free_now = int((~busy_t).sum())
+        self.free_now = int((~self.hard.busy_unheld(t)).sum())
         if not waiting:
             return
         held = self.hard.release()
@@ -513,14 +443,11 @@ class _Greedy:
             return
         lay = self.lay
         need = self.need[self.el, t]  # (E,)
-        busy_t = self.hard.busy[t].copy()
-        held = self.hard.held
-        if held is not None and held[0] <= t < held[1]:
-            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
+        busy_t = self.hard.busy_unheld(t)  # (G,)
         # Best fit, replica by replica.
         picks = np.zeros((len(self.el), max(int(need.max()), 1)), dtype=np.int64)
         n_picks = np.zeros(len(self.el), dtype=np.int64)
-        _serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
+        serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
                         lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class,
                         lay.gpu_node, lay.node_first, lay.node_end, picks, n_picks)
         fit_value = 0.0
