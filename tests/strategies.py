@@ -3,9 +3,12 @@ included: jobs larger than any node, type-restricted jobs, demand spikes above
 the cluster's size, everything arriving at once, no jobs at all."""
 from __future__ import annotations
 
+import torch
 from hypothesis import strategies as st
 
+from gpualloc.policies.fifo import fifo
 from gpualloc.scenario import KINDS, Scenario, from_dict
+from scenarios import with_fixed
 
 TYPES = ["A", "B", "C"]
 
@@ -51,3 +54,18 @@ def scenario_docs(draw, max_pools=3, max_jobs=8, max_horizon=12, max_gpus=16,
 
 def scenarios(**kw) -> st.SearchStrategy[Scenario]:
     return scenario_docs(**kw).map(from_dict)
+
+
+@st.composite
+def scenario_with_fixed(draw):
+    """A scenario and a fixed prefix: FIFO's plan before a cut, plus the
+    rest of the runs of rigid jobs that started before it (running jobs)."""
+    s = draw(scenarios())
+    cut = draw(st.integers(0, s.T))
+    owner = fifo(s).owner
+    fixed = torch.full_like(owner, -1)
+    fixed[:, :cut] = owner[:, :cut]
+    for j in fixed[:, :cut].unique().tolist():
+        if j >= 0 and s.jobs[j].rigid:
+            fixed[owner == j] = j
+    return with_fixed(s, fixed)

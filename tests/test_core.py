@@ -13,27 +13,10 @@ from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
 from gpualloc.scenario import from_dict
+from scenarios import every_block
 
 
 # ---- references -------------------------------------------------------------------------
-
-def every_block(s, k: int, pools_ok) -> list[int]:
-    """First GPUs of every block of k GPUs (PROBLEM.md): k consecutive GPUs
-    inside one node at any offset, or k / n whole consecutive nodes of one
-    pool when k is larger than the node; only on allowed pools."""
-    out, first = [], 0
-    for p, pool in enumerate(s.pools):
-        n = pool.gpus_per_node
-        for node in range(pool.count):
-            base = first + node * n
-            if not pools_ok[p]:
-                continue
-            if k <= n:
-                out += [base + off for off in range(n - k + 1)]
-            elif k % n == 0 and node + k // n <= pool.count:
-                out.append(base)
-        first += pool.count * n
-    return sorted(out)
 
 
 def ref_free(busy, b, k, t, need) -> bool:

@@ -18,9 +18,10 @@ from gpualloc.metrics import weighted_throughput  # noqa: E402
 from gpualloc.scenario import ScenarioError  # noqa: E402
 from gpualloc.policies import rivals
 from strategies import scenarios  # noqa: E402
-from test_fifo import elastic, rigid, scen  # noqa: E402
-from test_greedy import scenario_with_fixed, with_fixed  # noqa: E402
-from test_run import cli  # noqa: E402
+from scenarios import elastic, rigid, scen  # noqa: E402
+from scenarios import with_fixed  # noqa: E402
+from strategies import scenario_with_fixed  # noqa: E402
+from helpers import cli  # noqa: E402
 
 CFG = ExactConfig(time_limit_s=10.0, workers=2)
 

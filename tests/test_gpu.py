@@ -14,7 +14,7 @@ from gpualloc.kernels.pgd import pgd_step, pgd_step_ref
 from gpualloc.policies.allocator.memory import grid_bytes
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import rivals
-from test_run import composed
+from helpers import composed
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

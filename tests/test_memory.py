@@ -20,7 +20,7 @@ from gpualloc.policies.allocator.memory import (MemoryGuardError, block_pairs, b
 from gpualloc.policies import POLICIES
 from gpualloc.scenario import ScenarioError, from_dict
 from strategies import scenarios
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 linux_peak = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(),

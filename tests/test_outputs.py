@@ -26,7 +26,7 @@ from gpualloc.run import run
 from gpualloc.scenario import with_preemption
 from gpualloc.scenario import from_dict
 from gpualloc.scenario import load as load_scenario
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("scenario.json", "metrics.json")

@@ -11,7 +11,7 @@ import pytest
 from gpualloc import report
 from gpualloc.report import Run, aggregate, find_runs, headlines, setting, write_report
 from gpualloc.run import run
-from test_run import composed
+from helpers import composed
 
 # A real CLI multirun with a second policy beside FIFO, so that gains are not
 # all zero: FIFO without its real-time reservation (fifo.reserve=0), put in
