@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
+from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -161,13 +162,14 @@ class Schedule:
                 net = np.where(free, value * length - self.guard.price_at(k, t, length)[pools],
                                -1.0)
                 best = float(net.max())
-                if best <= 1e-9:
+
+                def later() -> float:  # the job's value at its earliest safe start
+                    at = self.find(j, t + 1, demand_aware, displace=False)
+                    return 0.0 if at is None else value * self.length(j, at[0])
+
+                if not worth_displacing(best, later):
                     return None, False
-                # Worth it only against the job's value at its earliest safe start.
-                later = self.find(j, t + 1, demand_aware, displace=False)
-                if later is not None and best <= value * self.length(j, later[0]) + 1e-9:
-                    return None, False
-                ok = net >= best - 1e-9
+                ok = net >= best - EPS
         if prefer is not None:
             mine = np.flatnonzero(lay.blocks(j) == prefer)
             if len(mine) and ok[mine[0]]:

@@ -11,6 +11,7 @@ import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.core.schedule import Schedule, adopt
@@ -299,7 +300,7 @@ def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
     sched.fill_elastic()
     wait = sched.value()
     sched.restore(before)
-    return planned if now > wait + 1e-9 else None
+    return planned if worth_displacing(now, wait) else None
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:

@@ -58,6 +58,7 @@ from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
+from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic, serve_best_fit
@@ -146,42 +147,10 @@ class _Greedy:
         self.el_weight = lay.priority[self.el] * self.el_gpus  # value of one replica-step
         self.weight = lay.priority * lay.gpus
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
-        # The elastic footprint (demand packed highest GPU first around the hard
-        # cells) and the grid a new rigid job must avoid: hard | footprint.
-        self.fp = np.zeros((T, G), dtype=np.bool_)
-        self.fp_served = np.zeros((len(self.elastic), T), dtype=np.int64)
-        self.avoid = self.hard.busy.copy()
-        self.run_avoid = kb.runs_of(self.avoid)
-        self.dirty = (0, T)  # columns whose footprint is stale
+        # The elastic footprint and the grid a new rigid job must avoid (core).
+        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware)
         self.now = 0
-        self.repack_checks = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
-
-    # ---- the footprint ------------------------------------------------------------------
-    def touch(self, lo: int, hi: int) -> None:
-        self.dirty = (min(self.dirty[0], lo), max(self.dirty[1], hi))
-
-    def _changed(self, start: int, end: int, first: int, k: int) -> None:
-        """Hard cells changed in a block: the avoid grid follows; the footprint
-        is stale only where the block meets it (packing is unchanged by losing
-        GPUs it does not use, and the release of a reservation re-packs)."""
-        rows = slice(first, first + k)
-        self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
-        kb.update_runs(self.avoid, self.run_avoid, first, first + k, end)
-
-    def refresh(self, t: int) -> None:
-        """Re-pack the stale footprint columns from t on."""
-        lo, hi = max(self.dirty[0], t), self.dirty[1]
-        self.dirty = (self.lay.T, 0)
-        if lo >= hi:
-            return
-        if self.elastic and self.cfg.demand_aware:
-            free = ~self.hard.busy[lo:hi]  # (C, G)
-            self.fp_served[:, lo:hi] = fill_elastic(self.lay, free, None, self.elastic,
-                                                    self.need[self.el, lo:hi], high=True)
-            self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
-        self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
-        kb.update_columns(self.avoid, self.run_avoid, t, hi)
 
     # ---- rigid jobs -------------------------------------------------------------------
     def want_cs(self, waiting: list[int]) -> np.ndarray:
@@ -214,30 +183,12 @@ class _Greedy:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
         self.hard.place(j, t, g)
         self.owner[t:end, g:g + k] = j
-        if self.fp[t:end, g:g + k].any():
-            self.touch(t, end)
-        self._changed(t, end, g, k)
+        self.foot.placed(t, end, g, k)
 
     def value(self, j: int, t: int) -> float:
         """Weighted throughput of rigid job j started at t (cut by the horizon;
         after its restore, for a resumed one)."""
         return float(self.weight[j]) * max(self.length(j, t) - self.hard.restoring(j), 0)
-
-    def losses(self, j: int, t: int, cand: np.ndarray) -> np.ndarray:
-        """(C,) float64: priority-weighted elastic service lost over j's run if
-        it starts at t on each block of cand, the demand re-packed without it."""
-        self.repack_checks += 1
-        k, end = int(self.lay.gpus[j]), t + self.length(j, t)
-        w = self.el_weight
-        base = float((w[:, None] * self.fp_served[:, t:end]).sum())
-        out = np.zeros(len(cand), dtype=np.float64)
-        for i, g in enumerate(cand.tolist()):
-            free = ~self.hard.busy[t:end]  # (L, G)
-            free[:, g:g + k] = False
-            served = fill_elastic(self.lay, free, None, self.elastic, self.need[self.el, t:end],
-                                  high=True)
-            out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
-        return out
 
     def earliest(self, j: int, t: int, run: np.ndarray):
         """Earliest start > t at which some block of j is free in `run`:
@@ -267,29 +218,28 @@ class _Greedy:
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
         free_count = lay.G - self.hard.busy[t:end].sum(1)  # (L,)
-        el_used = (self.fp_served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
+        el_used = (self.foot.served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
         excess = int(np.maximum(el_used - (free_count - k), 0).sum())
         if excess > 0:
             if not cfg.displace:
                 return None
-            bar = self.value(j, t) - self.min_el_priority * float(excess)
-            if bar <= 1e-9 or bar <= later() + 1e-9:
+            if not worth_displacing(self.value(j, t) - self.min_el_priority * float(excess), later):
                 return None
         cand = lay.blocks(j)[hard]
         key = self.fit_key(j, cand, ~self.hard.busy[t], want_cs)
         cand = cand[np.argsort(key, kind="stable")[: cfg.repack_blocks]]  # best fit first
-        loss = self.losses(j, t, cand)
-        if (loss <= 1e-9).any():
-            return int(cand[np.nonzero(loss <= 1e-9)[0][0]])
+        loss = self.foot.loss(t, end, k, cand)
+        if (loss <= EPS).any():
+            return int(cand[np.nonzero(loss <= EPS)[0][0]])
         if not cfg.displace:
             return None
         net = self.value(j, t) - loss
         i = int(np.argmax(net))
-        return int(cand[i]) if net[i] > 1e-9 and net[i] > later() + 1e-9 else None
+        return int(cand[i]) if worth_displacing(float(net[i]), later) else None
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
-        e = self.earliest(j, t, self.run_avoid)
+        e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
     def wait_value(self, j: int, t_safe: int | None) -> float:
@@ -305,11 +255,11 @@ class _Greedy:
 
     def try_start(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
         """Start j at t on its best-fit demand-safe block; False if none."""
-        self.refresh(t)
-        ok = self.free_blocks(self.run_avoid, j, t)
+        self.foot.refresh(t)
+        ok = self.free_blocks(self.foot.run, j, t)
         if ok.any():
             cand = self.lay.blocks(j)[ok]
-            key = self.fit_key(j, cand, ~self.avoid[t], want_cs)
+            key = self.fit_key(j, cand, ~self.foot.avoid[t], want_cs)
             self.start(j, int(cand[np.argmin(key)]), t)
             return True
         if not allow_repack or not self.cfg.demand_aware:
@@ -328,8 +278,8 @@ class _Greedy:
         """EASY: reserve the earliest (time > t, block) at which j could start:
         beside the started jobs and the elastic footprint, or earlier on a
         block the elastic demand re-packs around (or, displacing, gives up)."""
-        self.refresh(t)
-        safe = self.earliest(j, t, self.run_avoid)
+        self.foot.refresh(t)
+        safe = self.earliest(j, t, self.foot.run)
         hard = (self.earliest(j, t, self.hard.run) if allow_repack and self.cfg.demand_aware
                 else None)
         if hard is not None and (safe is None or hard[0] < safe[0]):
@@ -343,7 +293,7 @@ class _Greedy:
             return False
         tr, clear = safe
         cand = self.lay.blocks(j)[clear]
-        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.avoid[tr], want_cs))])
+        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.foot.avoid[tr], want_cs))])
         return self._hold(j, g, tr)
 
     def preempt_for(self, j: int, t: int) -> bool:
@@ -355,14 +305,14 @@ class _Greedy:
                    > int(lay.restart_cost[r])]
         if not victims:
             return False
-        self.refresh(t)
+        self.foot.refresh(t)
         k, L = int(lay.gpus[j]), self.length(j, t)
         at = np.full((L, lay.G), -1, dtype=np.int64)  # the victim holding each cell
         for r in victims:
             start, first = int(hard.start[r]), int(hard.first[r])
             end = min(start + self.length(r, start), t + L)
             at[:end - t, first:first + int(lay.gpus[r])] = r
-        usable = (~self.avoid[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
+        usable = (~self.foot.avoid[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
         cs = np.zeros(lay.G + 1, dtype=np.int64)
         np.cumsum(usable, out=cs[1:])
         blocks = lay.blocks(j)
@@ -380,8 +330,8 @@ class _Greedy:
             end, kr = start + self.length(r, start), int(lay.gpus[r])
             hard.cut(r, t)
             self.owner[t:end, first:first + kr] = -1
-            self.touch(t, end)
-            self._changed(t, end, first, kr)
+            self.foot.touch(t, end)
+            self.foot.changed(t, end, first, kr)
             self.queue.append(r)
             self.running_now.remove(r)
             self.evictions += 1
@@ -392,9 +342,7 @@ class _Greedy:
     def _hold(self, j: int, g: int, tr: int) -> bool:
         k, end = int(self.lay.gpus[j]), tr + self.length(j, tr)
         self.hard.hold(tr, end, g, k)
-        if self.fp[tr:end, g:g + k].any():
-            self.touch(tr, end)
-        self._changed(tr, end, g, k)
+        self.foot.placed(tr, end, g, k)
         return True
 
     def schedule_rigid(self, t: int) -> None:
@@ -407,17 +355,17 @@ class _Greedy:
         held = self.hard.release()
         if held is not None:  # the last timestep's reservation is recomputed from scratch
             start, end, first, k = held
-            self.touch(start, end)
-            self._changed(start, end, first, k)
-        self.refresh(t)
+            self.foot.touch(start, end)
+            self.foot.changed(start, end, first, k)
+        self.foot.refresh(t)
         want_cs = self.want_cs(waiting)
         # Which jobs have a footprint-free block now (or one free of hard cells).
-        maybe = {j: kb.any_free(self.run_avoid, lay.blocks(j), int(lay.gpus[j]), t,
+        maybe = {j: kb.any_free(self.foot.run, lay.blocks(j), int(lay.gpus[j]), t,
                                 self.length(j, t)) for j in waiting}
         maybe_hard = {j: kb.any_free(self.hard.run, lay.blocks(j), int(lay.gpus[j]), t,
                                      self.length(j, t)) for j in waiting}
         reserved = not self.cfg.reservation
-        repacks_before = self.repack_checks
+        repacks_before = self.foot.repacks
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
                                 if lay.preemptible[r]]
@@ -425,7 +373,7 @@ class _Greedy:
         for j in waiting:
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
-                    and self.repack_checks - repacks_before < self.cfg.repack_jobs):
+                    and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
             if not ok and self.preempt:
                 ok = self.preempt_for(j, t)
@@ -433,7 +381,7 @@ class _Greedy:
                 started.add(j)
             elif not reserved:
                 reserved = self.reserve(
-                    j, t, want_cs, self.repack_checks - repacks_before < self.cfg.repack_jobs)
+                    j, t, want_cs, self.foot.repacks - repacks_before < self.cfg.repack_jobs)
         if started:
             self.queue = [j for j in self.queue if j not in started]
 
@@ -475,7 +423,7 @@ class _Greedy:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
         owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
-        info = {"repack_checks": self.repack_checks}
+        info = {"repack_checks": self.foot.repacks}
         if self.preempt:
             info["evictions"] = self.evictions
         return Plan(owner=owner, info=info)
