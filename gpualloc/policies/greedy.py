@@ -58,6 +58,7 @@ from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
+from gpualloc.core.easy import easy_pass
 from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
@@ -364,24 +365,25 @@ class _Greedy:
                                 self.length(j, t)) for j in waiting}
         maybe_hard = {j: kb.any_free(self.hard.run, lay.blocks(j), int(lay.gpus[j]), t,
                                      self.length(j, t)) for j in waiting}
-        reserved = not self.cfg.reservation
         repacks_before = self.foot.repacks
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
                                 if lay.preemptible[r]]
-        started = set()
-        for j in waiting:
+
+        def start(j: int) -> bool:
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
                     and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
             if not ok and self.preempt:
                 ok = self.preempt_for(j, t)
-            if ok:
-                started.add(j)
-            elif not reserved:
-                reserved = self.reserve(
-                    j, t, want_cs, self.foot.repacks - repacks_before < self.cfg.repack_jobs)
+            return ok
+
+        def reserve(j: int) -> bool:
+            return self.reserve(j, t, want_cs,
+                                self.foot.repacks - repacks_before < self.cfg.repack_jobs)
+
+        started = set(easy_pass(waiting, start, reserve, held=not self.cfg.reservation))
         if started:
             self.queue = [j for j in self.queue if j not in started]
 
