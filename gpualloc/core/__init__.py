@@ -36,6 +36,22 @@ def priority_order(s: Scenario, jobs=None) -> list[int]:
     return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
 
 
+def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[int]:
+    """The real-time services among `jobs` (all by default) that some block can
+    hold, in the order elastic demand is served: priority, highest first
+    (ties: arrival, then scenario order); `narrow_first`: among equal
+    priorities, the services fewer GPUs can hold first (the Schedule's)."""
+    jobs = range(s.J) if jobs is None else jobs
+    unplaceable = s.unplaceable
+    elastic = [j for j in jobs if not s.jobs[j].rigid and not bool(unplaceable[j])]
+    if not narrow_first:
+        return priority_order(s, elastic)
+    compat_gpus = (s.pool_compat.long() @ torch.bincount(s.gpu_pool, minlength=len(s.pools))
+                   ).tolist()  # (J,) GPUs of the pools each job can use
+    return sorted(elastic, key=lambda j: (-s.jobs[j].priority, compat_gpus[j],
+                                          s.jobs[j].arrival, j))
+
+
 def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
     the time-major owner grid `owner` (T, G), e.g. the cells fixed before

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
+from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
 from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
@@ -44,9 +44,7 @@ class Schedule:
         # Replicas the fixed cells already serve count against demand.
         demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
-        compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (J,)
-        self.elastic_order = sorted(self.elastic, key=lambda j: (
-            -lay.priority[j], compat_gpus[j], lay.arrival[j], j))
+        self.elastic_order = service_order(s, self.elastic, narrow_first=True)
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 

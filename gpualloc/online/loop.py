@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs, priority_order, service_order
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
@@ -335,8 +335,8 @@ def _serve(s, v, index, planned, tau, stop, owner) -> None:
         # The lowest planned blocks, up to demand.
         kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
         unmet[j] -= kept[0]
-    order = priority_order(s, [j for j in range(s.J) if not lay.rigid[j] and lay.arrival[j] < stop
-                               and (unmet[j] > 0).any()])
+    order = service_order(s, [j for j in range(s.J) if lay.arrival[j] < stop
+                              and (unmet[j] > 0).any()])
     # Rule 4 is aimed at: each service's guaranteed replicas (of the actual
     # demand) first, all services in priority order, then the rest.
     kept_all = actual - unmet

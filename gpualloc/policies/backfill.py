@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
+from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
 from gpualloc.core.easy import easy_pass
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
@@ -35,7 +35,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     owner = occ.owner_grid()  # (T, G): fixed cells, then what starts and what is served
     need = still_wanted(s, owner)  # (J, T) replicas still wanted
     order = priority_order(s)
-    elastic = [j for j in order if not lay.rigid[j] and not lay.unplaceable[j]]
+    elastic = service_order(s)
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
     for t in range(lay.T):

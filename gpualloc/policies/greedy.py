@@ -54,7 +54,7 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import fixed_jobs, priority_order, still_wanted, time_major
+from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
@@ -141,7 +141,7 @@ class _Greedy:
         self.preempt = cfg.preempt and bool(lay.preemptible.any())
         self.evictions = 0
         ok = ~lay.unplaceable
-        self.elastic = [j for j in order if not lay.rigid[j] and ok[j] and need[j].any()]
+        self.elastic = [j for j in service_order(s) if need[j].any()]
         self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
         self.el = np.array(self.elastic, dtype=np.int64)
         self.el_gpus = lay.gpus[self.el]
