@@ -15,8 +15,8 @@ from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import Oracle, expected_arrivals, forecast, visible
-from gpualloc.online.view import Committed, view
+from gpualloc.online.observe import Oracle
+from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.scenario import Scenario, ScenarioError
 
@@ -69,13 +69,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
-        obs = visible(s, tau)
-        steps = s.T - tau - 1
-        future = (oracle(obs, steps) if oracle is not None
-                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
-        expected = (expected_arrivals(obs, s.T - tau, period) if o.arrivals == "history"
-                    else None)
-        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
+        v, index = view_at(s, tau, o, oracle, committed, period)
         v.hint = _hint(previous, index, tau, s.J)
         if on_view is not None:
             on_view(tau, v, index)
@@ -234,15 +228,11 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                and not bool(s.unplaceable[j])] if o.fill_between else []
         if not now_due and not new and not waiting:
             continue
-        obs = visible(s, t)
-        steps = s.T - t - 1
-        future = (oracle(obs, steps) if oracle is not None
-                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
         now = committed
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
-        v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
+        v, index = view_at(s, t, o, oracle, now)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from gpualloc.online.observe import Observation
+from gpualloc.config import OnlineConfig
+from gpualloc.online.observe import Observation, expected_arrivals, forecast, visible
 from gpualloc.plan import IDLE
 from gpualloc.scenario import Job, Scenario
 
@@ -70,3 +71,18 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
                  jobs=jobs, fixed=fixed)
     return v, index
+
+
+def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
+            period: int | None = None) -> tuple[Scenario, list[int]]:
+    """The view of `s` a plan made at t sees: what is known then, the forecast
+    (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
+    with `period` and online.arrivals=history, the arrivals expected too.
+    Returns the view and its jobs' scenario indices (`view`)."""
+    obs = visible(s, t)
+    steps = s.T - t - 1
+    future = (oracle(obs, steps) if oracle is not None
+              else forecast(o.forecast, obs, steps, o, s.step_minutes))
+    expected = (expected_arrivals(obs, s.T - t, period)
+                if period is not None and o.arrivals == "history" else None)
+    return view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)

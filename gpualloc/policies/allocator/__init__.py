@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import replace
 from contextlib import contextmanager
 
 import torch
@@ -52,7 +51,7 @@ from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
 from gpualloc.objective import value, weighted_throughput
-from gpualloc.scenario import Scenario
+from gpualloc.scenario import Scenario, with_cuts
 
 
 @contextmanager
@@ -223,18 +222,7 @@ def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig,
     steps: their fixed cells end there, and each comes back as a new job
     (its restore and the rest of its run, from the step after) that maps
     back to it."""
-    fixed, jobs = s.fixed.clone(), list(s.jobs)
-    for j, kept in cuts.items():
-        mine = s.fixed == j
-        length = int(mine.any(0).sum())
-        fixed[:, kept:][mine[:, kept:]] = -1
-        job = s.jobs[j]
-        jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
-                            restart_cost=0,
-                            duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
-    view = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
-                    jobs=jobs, fixed=fixed)
-    plan = allocator(view, dataclasses.replace(cfg, preempt=False), rivals=rivals).owner
+    plan = allocator(with_cuts(s, cuts), dataclasses.replace(cfg, preempt=False), rivals=rivals).owner
     for i, j in enumerate(cuts):
         plan[plan == s.J + i] = j
     return plan
