@@ -32,7 +32,7 @@ from gpualloc.policies.allocator.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
 from gpualloc.online import run_policy
 from gpualloc.plan import save_plan
-from gpualloc.policies import POLICIES
+from gpualloc.policies import BASELINE, POLICIES
 from gpualloc.report import format_run_table
 from gpualloc.scenario import Scenario, ScenarioError, with_min_served, with_preemption
 from gpualloc.sweep import register_launchers
@@ -122,8 +122,8 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     if cfg.mode != "offline":
         result["mode"] = cfg.mode
         result["online"] = dataclasses.asdict(cfg.online)
-    # FIFO is the yardstick of every gain, so it runs first (and always).
-    names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
+    # The baseline (FIFO) is the yardstick of every gain: it runs first, and always.
+    names = [BASELINE] + [p for p in cfg.policies if p != BASELINE]
     owners = {}
     for name in names:
         start = time.perf_counter()
@@ -144,11 +144,11 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         owners[name] = plan.owner
         if out_dir is not None and cfg.save_plans:
             save_plan(out_dir / f"plan_{name}.json", s, name, plan.owner)
-    fifo = result["policies"]["fifo"]
+    fifo = result["policies"][BASELINE]
     for row in result["policies"].values():
         row["gains"] = gains(row, fifo)
-    if "fifo" not in cfg.policies:
-        del result["policies"]["fifo"]
+    if BASELINE not in cfg.policies:
+        del result["policies"][BASELINE]
     if out_dir is not None:
         atomic_write_text(out_dir / "metrics.json", json.dumps(result, indent=1))
         if cfg.plot:

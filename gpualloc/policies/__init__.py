@@ -86,6 +86,9 @@ def _refuse_preemptible(s: Scenario) -> None:
     refuse_preemptible(s)
 
 
+BASELINE = "fifo"
+"""The yardstick of every gain (PROBLEM.md): a run always plans with it, first."""
+
 POLICIES: dict[str, Policy] = {
     "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False),
     "allocator": Policy(_allocator),
