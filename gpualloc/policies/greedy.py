@@ -174,11 +174,7 @@ class _Greedy:
 
     def free_blocks(self, run: np.ndarray, j: int, t: int) -> np.ndarray:
         """(B,) bool: j's blocks free in `run` for its run from t."""
-        lay = self.lay
-        b = lay.blocks(j)
-        out = np.zeros(len(b), dtype=np.bool_)
-        kb.free_blocks(run, b, int(lay.gpus[j]), t, self.length(j, t), out)
-        return out
+        return self.hard.free_at(j, t, run=run)
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
@@ -194,14 +190,10 @@ class _Greedy:
     def earliest(self, j: int, t: int, run: np.ndarray):
         """Earliest start > t at which some block of j is free in `run`:
         (start, (B,) bool free blocks) or None."""
-        lay = self.lay
-        if t + 1 >= lay.T:
+        if t + 1 >= self.lay.T:
             return None
-        b = lay.blocks(j)
-        out = np.zeros(len(b), dtype=np.bool_)
-        t0 = kb.earliest(run, b, lay.job_block_pool(j), int(lay.gpus[j]), self.hard.steps(j),
-                         t + 1, lay.T, _NO_SHORT, False, out)
-        return None if t0 >= lay.T else (t0, out)
+        t0, out = self.hard.earliest(j, t + 1, run=run)
+        return None if out is None else (t0, out)
 
     def displacing(self, j: int, t: int, want_cs: np.ndarray, later):
         """Best block to start j at t on, among the free blocks that overlap the
@@ -307,22 +299,7 @@ class _Greedy:
         if not victims:
             return False
         self.foot.refresh(t)
-        k, L = int(lay.gpus[j]), self.length(j, t)
-        at = np.full((L, lay.G), -1, dtype=np.int64)  # the victim holding each cell
-        for r in victims:
-            start, first = int(hard.start[r]), int(hard.first[r])
-            end = min(start + self.length(r, start), t + L)
-            at[:end - t, first:first + int(lay.gpus[r])] = r
-        usable = (~self.foot.avoid[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
-        cs = np.zeros(lay.G + 1, dtype=np.int64)
-        np.cumsum(usable, out=cs[1:])
-        blocks = lay.blocks(j)
-        best, best_cost, best_victims = -1, 0.0, ()
-        for g in blocks[cs[blocks + k] - cs[blocks] == k].tolist():
-            mine = {int(r) for r in np.unique(at[:, g:g + k]) if r >= 0}
-            cost = sum(float(self.weight[r]) for r in mine)
-            if mine and (best < 0 or cost < best_cost):
-                best, best_cost, best_victims = g, cost, tuple(sorted(mine))
+        best, best_victims = hard.cheapest_eviction(j, t, victims, self.weight, self.foot.avoid)
         restore = sum(float(self.weight[r]) * int(lay.restart_cost[r]) for r in best_victims)
         if best < 0 or self.value(j, t) <= restore:
             return False
@@ -430,5 +407,3 @@ class _Greedy:
             info["evictions"] = self.evictions
         return Plan(owner=owner, info=info)
 
-
-_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)
