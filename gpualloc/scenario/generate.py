@@ -2,10 +2,15 @@
 the same one every time."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from gpualloc.config import GeneratedScenarioConfig, RealtimeWorkloadConfig, RigidWorkloadConfig
 from gpualloc.scenario import Job, Pool, Scenario, check_limits, from_dict
+
+if TYPE_CHECKING:  # the generator reads a config, it does not import one (config/ reads this package)
+    from gpualloc.config import (GeneratedScenarioConfig, RealtimeWorkloadConfig,
+                                 RigidWorkloadConfig)
 
 _PREFIX = {"training": "train", "batch_inference": "batch", "quantization": "quant",
            "realtime_inference": "rt"}
