@@ -15,7 +15,8 @@ ARRIVAL_REPLANS = ("none", "light", "full")
 ROUNDINGS = ("relaxed", "priority", "best")
 GRIDS = ("auto", "dense", "packed")
 DTYPES = ("float32", "bfloat16", "float16")
-"""dtypes of the allocator's relaxed grid (gpualloc.policies.allocator.memory reads their sizes from torch)."""
+"""dtypes of the allocator's relaxed grid (gpualloc.policies.allocator.memory reads
+their sizes from torch)."""
 SEED_MAX = 2**31 - 1
 """Largest run seed: the exact policy hands it to CP-SAT, whose random_seed is 32-bit."""
 

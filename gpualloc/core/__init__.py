@@ -56,8 +56,7 @@ def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
     the time-major owner grid `owner` (T, G), e.g. the cells fixed before
     planning, whose replicas count against demand."""
-    return (held(s, torch.from_numpy(np.ascontiguousarray(owner.T)))
-            // s.gpus[:, None]).numpy()
+    return (held(s, owner_of(owner)) // s.gpus[:, None]).numpy()
 
 
 def time_major(grid: torch.Tensor) -> np.ndarray:
@@ -66,6 +65,12 @@ def time_major(grid: torch.Tensor) -> np.ndarray:
     grid is already contiguous, so np.ascontiguousarray would hand out the
     original, and a caller writing into it would write into the plan)."""
     return np.array(grid.cpu().numpy().T, dtype=np.int64, order="C")
+
+
+def owner_of(grid: np.ndarray) -> torch.Tensor:
+    """(G, T) int64 owner tensor of a time-major (T, G) grid: what a policy
+    returns (time_major's inverse)."""
+    return torch.from_numpy(np.ascontiguousarray(grid.T))
 
 
 def still_wanted(s: Scenario, fixed: np.ndarray | None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import still_wanted, time_major
+from gpualloc.core import owner_of, still_wanted, time_major
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
@@ -160,4 +160,4 @@ def planning_fixed(s: Scenario) -> torch.Tensor | None:
     scratch, best effort around decided cells (online views)."""
     if not bool((s.min_served > 0).any()):
         return s.fixed
-    return torch.from_numpy(np.ascontiguousarray(footprint(s, strict=s.fixed is None).T))
+    return owner_of(footprint(s, strict=s.fixed is None))

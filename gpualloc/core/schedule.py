@@ -13,7 +13,8 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
 from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
@@ -267,7 +268,7 @@ class Schedule:
         """(G, T) int64: the plan."""
         grid = self.occ.owner_grid()  # (T, G)
         self.fill_elastic(owner=grid)
-        return torch.from_numpy(np.ascontiguousarray(grid.T))
+        return owner_of(grid)
 
     def snapshot(self):
         return (self.occ.snapshot(), self.guard.snapshot(), self.elastic_value.copy(),

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
 from gpualloc.core.easy import easy_pass
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
@@ -66,4 +67,4 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
 
         for j in easy_pass([j for j in queue if lay.arrival[j] <= t], start, reserve):
             queue.remove(j)
-    return Plan(owner=torch.from_numpy(np.ascontiguousarray(owner.T)))
+    return Plan(owner=owner_of(owner))

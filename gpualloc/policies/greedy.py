@@ -54,7 +54,8 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import fixed_jobs, priority_order, service_order, still_wanted, time_major
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
@@ -401,7 +402,7 @@ class _Greedy:
             if self.queue:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
-        owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
+        owner = owner_of(self.owner)
         info = {"repack_checks": self.foot.repacks}
         if self.preempt:
             info["evictions"] = self.evictions

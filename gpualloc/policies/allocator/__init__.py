@@ -222,7 +222,8 @@ def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig,
     steps: their fixed cells end there, and each comes back as a new job
     (its restore and the rest of its run, from the step after) that maps
     back to it."""
-    plan = allocator(with_cuts(s, cuts), dataclasses.replace(cfg, preempt=False), rivals=rivals).owner
+    plan = allocator(with_cuts(s, cuts), dataclasses.replace(cfg, preempt=False),
+                     rivals=rivals).owner
     for i, j in enumerate(cuts):
         plan[plan == s.J + i] = j
     return plan
