@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from bench.common import SEVEN, git_commit, machine
 from gpualloc.check import check
 from gpualloc.config import register_configs
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.metrics import gains, metrics
 from gpualloc.policies import POLICIES
 

@@ -53,7 +53,7 @@ from omegaconf import OmegaConf
 from bench.quality import SMALL
 from gpualloc.check import check
 from gpualloc.config import RunConfig, register_configs
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
 from gpualloc.run import build_scenario

@@ -34,10 +34,10 @@ import torch
 
 from bench.common import ROOT, composed, git_commit, machine
 from gpualloc.check import check
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
-from gpualloc.policies.exact import lp_relaxation, mip_bound
+from gpualloc.policies.bounds import lp_relaxation, mip_bound
 
 POLICY_ORDER = ["fifo", "backfill", "greedy", "allocator"]
 LP_SECONDS = 20.0

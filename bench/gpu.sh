@@ -39,7 +39,7 @@ tests_rc=${PIPESTATUS[0]}
 echo "== GPU ladder"
 left=$(( 470 - ($(date +%s) - start) ))   # seconds left of the 8 minutes, with margin
 budget=$(( left - 60 ))
-timeout "$left" $PY bench/speed.py --gpu --budget "$budget" --timeout 240 --name speed_gpu \
+timeout "$left" $PY -m bench.speed --gpu --budget "$budget" --timeout 240 --name speed_gpu \
   --note "bench/gpu.sh, total budget ${budget} s"
 ladder_rc=$?
 echo "== done in $(( $(date +%s) - start )) s (tests exit $tests_rc, ladder exit $ladder_rc)"

@@ -25,7 +25,8 @@ from gpualloc.check import check
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
 from gpualloc.policies import POLICIES
-from gpualloc.run import build_scenario, with_min_served
+from gpualloc.run import build_scenario
+from gpualloc.scenario import with_min_served
 
 POLICY_ORDER = ["fifo", "greedy", "allocator"]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -31,11 +32,11 @@ from bench.common import ROOT, SEVEN, composed, git_commit, machine
 from gpualloc.check import check
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import gains, metrics
-from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, online, run_policy
+from gpualloc.online import FORECASTS, online, run_policy
 from gpualloc.policies import POLICIES
 from gpualloc.core.guarantee import check_guarantee
-from gpualloc.run import build_scenario, with_min_served
-from gpualloc.scenario import ScenarioError
+from gpualloc.run import build_scenario
+from gpualloc.scenario import ScenarioError, with_min_served
 
 TRACES = ["alibaba"]  # file scenarios: one run, seeds do not change them
 
@@ -46,8 +47,10 @@ def load_extra(spec: str):
     name, _, target = spec.partition("=")
     module, _, func = target.partition(":")
     if module.endswith(".py"):
-        sys.path.insert(0, str(Path(module).resolve().parent))
-        module = Path(module).stem
+        spec = importlib.util.spec_from_file_location(Path(module).stem, module)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return name, getattr(loaded, func)
     return name, getattr(importlib.import_module(module), func)
 
 
@@ -86,7 +89,7 @@ def bench(args) -> dict:
         base = metrics(s, POLICIES["fifo"](s, cfg, device).owner)
         for name in names:
             for mode, forecast in [("offline", None)] + [("online", f) for f in args.forecasts]:
-                if name in ONLINE_BY_NATURE and mode == "online":
+                if POLICIES[name].online_by_nature and mode == "online":
                     continue
                 c = copy.deepcopy(cfg)
                 c.mode = mode

@@ -35,7 +35,7 @@ import torch
 
 from bench.common import ROOT, SEVEN, composed, provenance, write_results
 from gpualloc.check import check
-from gpualloc.metrics import useful_of
+from gpualloc.objective import job_values
 from gpualloc.online import run_policy
 from gpualloc.run import build_scenario
 from gpualloc.scenario import Scenario
@@ -75,7 +75,7 @@ def _value(args) -> tuple[tuple, dict]:
     report = check(s, owner)
     if not report.ok_but_guarantee:
         raise SystemExit(f"{policy} on {name} seed {seed}: infeasible plan")
-    value = (s.priority[:, None] * useful_of(s, owner).double()).sum(1)
+    value = job_values(s, owner)  # (J,)
     return args, {"rigid": float(value[s.rigid].sum()), "realtime": float(value[~s.rigid].sum())}
 
 

@@ -28,7 +28,8 @@ from bench.common import ROOT, SEVEN, composed, provenance, write_results
 from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.online import run_policy
-from gpualloc.run import build_scenario, with_preemption
+from gpualloc.run import build_scenario
+from gpualloc.scenario import with_preemption
 
 POLICIES = ("greedy", "allocator")
 MODES = ("offline", "online")

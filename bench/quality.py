@@ -39,10 +39,12 @@ from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,
                              RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                              register_configs)
 from gpualloc.check import check
-from gpualloc.policies.exact import exact, lp_relaxation, mip_bound, model_size
-from gpualloc.generate import generate
+from gpualloc.policies.bounds import lp_relaxation, mip_bound
+from gpualloc.policies.exact import exact, model_size
+from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
+from gpualloc.policies import rivals
 
 # Random small scenarios that CP-SAT proves optimal in seconds on 2 cores
 # (most in under 3 s; about 1 in 10 still open at 30 s). Two 4-GPU H100
@@ -102,7 +104,7 @@ def run_small(seeds, cfg: RunConfig, device, log) -> list[dict]:
         row = {"seed": seed, "gpus": s.G, "jobs": s.J, "offered_load": s.offered_load,
                "policies": {p: timed(p, s, cfg, device) for p in heuristics()}}
         start = time.perf_counter()
-        plan = exact(s, cfg.exact, device, seed=seed)
+        plan = exact(s, cfg.exact, device, seed=seed, rivals=rivals())
         wall = time.perf_counter() - start
         info = plan.info
         assert check(s, plan.owner).ok
@@ -371,7 +373,7 @@ def main(argv=None) -> int:
     warm = generate(SMALL, 10_000)
     for p in heuristics():
         POLICIES[p](warm, run_cfg, device)
-    exact(warm, replace(run_cfg.exact, time_limit_s=1.0), device)
+    exact(warm, replace(run_cfg.exact, time_limit_s=1.0), device, rivals=rivals())
 
     result = {"quick": args.quick, "command": " ".join(["python -m bench.quality", *sys.argv[1:]]),
               "commit": git_commit(),

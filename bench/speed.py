@@ -7,7 +7,7 @@ offered load) and runs each policy on it in a fresh process, measuring:
 
 - wall time of the policy (the time to its final plan) and its peak memory
   (CPU: peak resident bytes above those before the policy, via
-  gpualloc.memory.measure_rss_peak; CUDA: torch.cuda.max_memory_allocated);
+  gpualloc.policies.allocator.memory.measure_rss_peak; CUDA: torch.cuda.max_memory_allocated);
 - for the allocator: relaxation iterations per second, relax_s, repair_s,
   local_search_s (its Plan.info), the memory guard's estimate beside the
   measured peak, and its weighted throughput against greedy's and FIFO's;
@@ -18,10 +18,10 @@ It writes markdown and JSON under bench/results/ with the machine and the git
 commit, and prints the fitted exponent of time against G x J x T (least
 squares on logs).
 
-    python bench/speed.py --quick                # < 1 min on a CPU: the small end
-    python bench/speed.py                        # CPU ladder up to --max-cpu
-    python bench/speed.py --max-cpu 256x1000x168 --timeout 600
-    python bench/speed.py --gpu                  # GPU ladder (bench/gpu.sh)
+    python -m bench.speed --quick                # < 1 min on a CPU: the small end
+    python -m bench.speed                        # CPU ladder up to --max-cpu
+    python -m bench.speed --max-cpu 256x1000x168 --timeout 600
+    python -m bench.speed --gpu                  # GPU ladder (bench/gpu.sh)
 """
 from __future__ import annotations
 
@@ -36,14 +36,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# The benchmark measures this checkout (its commit is recorded), not an
-# installed copy of gpualloc.
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import git_commit, machine  # noqa: E402
+from bench.common import ROOT, git_commit, machine
 
 # (G, J, T). The first rung is `mixed` itself (64 GPUs, 244 jobs, a week).
 CPU_LADDER = [(32, 122, 96), (64, 244, 168), (128, 500, 168), (256, 1000, 168),
@@ -142,9 +137,9 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     overrides SolverConfig fields (default: conf/solver/default.yaml's values)."""
     from gpualloc.check import check
     from gpualloc.config import RunConfig
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.kernels.pgd import bytes_moved
-    from gpualloc.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
+    from gpualloc.policies.allocator.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
                                  scenario_bytes)
     from gpualloc.metrics import metrics
     from gpualloc.policies import POLICIES
@@ -220,7 +215,9 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
 
 def _child(spec: dict, timeout: float) -> dict:
     """One run in a fresh process (its own peak memory, no state carried over)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "bench.speed", "--child", json.dumps(spec)]
+    # The child measures this checkout (its commit is recorded), not an
+    # installed copy of gpualloc.
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     base = {k: spec[k] for k in ("G", "J", "T", "policy", "device", "seed")}
     try:
@@ -398,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {"ladder": ladder, "commit": git_commit(short=True), "machine": machine(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": "python bench/speed.py " + " ".join(sys.argv[1:] if argv is None
+              "command": "python -m bench.speed " + " ".join(sys.argv[1:] if argv is None
                                                              else argv),
               "load_start": " ".join(f"{v:.1f}" for v in os.getloadavg()),
               "note": args.note, "missing": ", ".join(missing), "rows": [],

@@ -5,32 +5,9 @@ import numpy as np
 import torch
 
 from gpualloc.check import shortfall
-from gpualloc.plan import Segments, held, segments
+from gpualloc.objective import useful, useful_of, weighted_throughput  # noqa: F401 (re-exported)
+from gpualloc.plan import held, segments
 from gpualloc.scenario import KINDS, RIGID_KINDS, Scenario
-
-
-def useful(s: Scenario, n: torch.Tensor, seg: Segments | None = None) -> torch.Tensor:
-    """(J, T) int64 useful GPUs from (J, T) held GPUs: a rigid job's GPUs while
-    it runs (a preemptible one's while it progresses: `seg`, needed when the
-    scenario has preemptible jobs), an elastic job's whole replicas up to demand."""
-    k = s.gpus[:, None]
-    replicas = torch.minimum(n // k, s.demand)
-    out = torch.where(s.rigid[:, None], n, replicas * k)
-    if seg is not None:
-        out = torch.where(s.preemptible[:, None], seg.progress * k, out)
-    return out
-
-
-def useful_of(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
-    """(J, T) useful GPUs of the (G, T) owner grid."""
-    owner = owner.cpu().long()
-    seg = segments(s, owner) if bool(s.preemptible.any()) else None
-    return useful(s, held(s, owner), seg)
-
-
-def weighted_throughput(s: Scenario, owner: torch.Tensor) -> float:
-    """The objective: sum over j, t of priority_j * useful(j, t)."""
-    return float((s.priority[:, None] * useful_of(s, owner).double()).sum())
 
 
 def metrics(s: Scenario, owner: torch.Tensor) -> dict:

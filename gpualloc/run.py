@@ -28,15 +28,14 @@ from gpualloc.core.guarantee import check_guarantee
 from gpualloc.config import (FileScenarioConfig, GeneratedScenarioConfig, RunConfig, SettingError,
                              register_configs)
 from gpualloc.files import atomic_write_text
-from gpualloc.generate import generate
-from gpualloc.memory import check_scenario_memory
+from gpualloc.scenario.generate import generate
+from gpualloc.policies.allocator.memory import check_scenario_memory
 from gpualloc.metrics import gains, metrics
-from gpualloc.policies.exact import refuse_preemptible
-from gpualloc.online import ONLINE_BY_NATURE, run_policy
+from gpualloc.online import run_policy
 from gpualloc.plan import Plan, save_plan
-from gpualloc.policies import POLICIES
+from gpualloc.policies import BASELINE, POLICIES
 from gpualloc.report import format_run_table
-from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.scenario import Scenario, ScenarioError, with_min_served, with_preemption
 from gpualloc.sweep import register_launchers
 
 
@@ -87,37 +86,6 @@ def build_scenario(cfg, seed: int) -> Scenario:
     raise ScenarioError(f"scenario: unknown scenario config {type(cfg).__name__}")
 
 
-def with_min_served(s: Scenario, share: float) -> Scenario:
-    """The scenario with min_served = share on every real-time service (the
-    run option `min_served=F`, over the file's or generator's values)."""
-    doc = s.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] in scenario_io.ELASTIC_KINDS:
-            job["min_served"] = share
-        else:
-            job.pop("min_served", None)
-    return scenario_io.from_dict(doc)
-
-
-def with_preemption(s: Scenario, kinds: list[str] | None, restart_cost: int | None) -> Scenario:
-    """The scenario under the run options `preemptible=[KIND, ...]` and
-    `restart_cost=N`, over the file's or generator's values. `kinds`: exactly
-    the rigid jobs of these kinds are preemptible, no other (None: as the
-    scenario says); `restart_cost`: that of every preemptible job (None:
-    each keeps its own, 0 for a job `kinds` made preemptible)."""
-    doc = s.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] not in scenario_io.RIGID_KINDS:
-            continue
-        if kinds is not None:
-            job["preemptible"] = job["kind"] in kinds
-            if not job["preemptible"]:
-                job.pop("restart_cost", None)
-        if restart_cost is not None and job.get("preemptible"):
-            job["restart_cost"] = restart_cost
-    return scenario_io.from_dict(doc)
-
-
 def check_policies(names: list[str]) -> None:
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
@@ -134,8 +102,9 @@ def prepare(s: Scenario, cfg: RunConfig, device: torch.device) -> Scenario:
         s = with_min_served(s, cfg.min_served)
     if cfg.preemptible is not None or cfg.restart_cost is not None:
         s = with_preemption(s, cfg.preemptible, cfg.restart_cost)
-    if "exact" in cfg.policies:
-        refuse_preemptible(s)  # before any work: exact models no segments
+    for name in cfg.policies:  # before any work: a scenario a policy does not model
+        if POLICIES[name].refuses is not None:
+            POLICIES[name].refuses(s)
     check_scenario_memory(s, cfg.solver.memory_budget_gb, device)  # before any (G, T) array
     check_guarantee(s)  # rule 4 possible at all, before any planning
     return s
@@ -144,7 +113,8 @@ def prepare(s: Scenario, cfg: RunConfig, device: torch.device) -> Scenario:
 def aims_only(name: str, mode: str) -> bool:
     """FIFO runs as PROBLEM.md defines it and online plans only aim at rule
     4: for them a shortfall is reported; for the others it is a bug."""
-    return name == "fifo" or (mode == "online" and name not in ONLINE_BY_NATURE)
+    policy = POLICIES[name]
+    return not policy.keeps_guarantee or (mode == "online" and not policy.online_by_nature)
 
 
 def plan_checked(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> tuple[Plan, float]:
@@ -162,7 +132,6 @@ def plan_checked(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -
 
 def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     """Run every chosen policy on the scenario; returns what metrics.json holds."""
-    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
     check_policies(cfg.policies)
     if cfg.plot:
         from gpualloc.plots import require_matplotlib
@@ -186,8 +155,8 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
     if cfg.mode != "offline":
         result["mode"] = cfg.mode
         result["online"] = dataclasses.asdict(cfg.online)
-    # FIFO is the yardstick of every gain, so it runs first (and always).
-    names = ["fifo"] + [p for p in cfg.policies if p != "fifo"]
+    # The baseline (FIFO) is the yardstick of every gain: it runs first, and always.
+    names = [BASELINE] + [p for p in cfg.policies if p != BASELINE]
     owners = {}
     for name in names:
         plan, wall = plan_checked(name, s, cfg, device)
@@ -198,11 +167,11 @@ def run(cfg: RunConfig, out_dir: Path | None = None) -> dict:
         owners[name] = plan.owner
         if out_dir is not None and cfg.save_plans:
             save_plan(out_dir / f"plan_{name}.json", s, name, plan.owner)
-    fifo = result["policies"]["fifo"]
+    fifo = result["policies"][BASELINE]
     for row in result["policies"].values():
         row["gains"] = gains(row, fifo)
-    if "fifo" not in cfg.policies:
-        del result["policies"]["fifo"]
+    if BASELINE not in cfg.policies:
+        del result["policies"][BASELINE]
     if out_dir is not None:
         atomic_write_text(out_dir / "metrics.json", json.dumps(result, indent=1))
         if cfg.plot:

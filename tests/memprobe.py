@@ -1,6 +1,6 @@
 """Measure real peaks on the CPU for tests/test_memory.py, in a fresh process
 (one JSON line per case): the allocator's relaxation against
-gpualloc.memory.grid_bytes, FIFO + check + metrics against scenario_bytes.
+gpualloc.policies.allocator.memory.grid_bytes, FIFO + check + metrics against scenario_bytes.
 
     python tests/memprobe.py relax G J T DTYPE GRID [relax ...] | fifo G J T
 
@@ -17,7 +17,7 @@ from gpualloc.policies.allocator import relax
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
 from gpualloc.policies.fifo import fifo
-from gpualloc.memory import grid_bytes, measure_rss_peak, scenario_bytes
+from gpualloc.policies.allocator.memory import grid_bytes, measure_rss_peak, scenario_bytes
 from gpualloc.metrics import metrics
 from gpualloc.scenario import from_dict
 

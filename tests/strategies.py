@@ -10,9 +10,12 @@ import csv
 import io
 import math
 
+import torch
 from hypothesis import strategies as st
 
+from gpualloc.policies.fifo import fifo
 from gpualloc.scenario import KINDS, Scenario, from_dict
+from scenarios import with_fixed
 
 TYPES = ["A", "B", "C"]
 
@@ -192,3 +195,18 @@ def broken_bytes(valid: bytes) -> st.SearchStrategy[bytes]:
             lambda p: valid[: p[0]] + p[1] + valid[p[0]:]),
         st.just(BOM + valid),
     )
+
+
+@st.composite
+def scenario_with_fixed(draw):
+    """A scenario and a fixed prefix: FIFO's plan before a cut, plus the
+    rest of the runs of rigid jobs that started before it (running jobs)."""
+    s = draw(scenarios())
+    cut = draw(st.integers(0, s.T))
+    owner = fifo(s).owner
+    fixed = torch.full_like(owner, -1)
+    fixed[:, :cut] = owner[:, :cut]
+    for j in fixed[:, :cut].unique().tolist():
+        if j >= 0 and s.jobs[j].rigid:
+            fixed[owner == j] = j
+    return with_fixed(s, fixed)

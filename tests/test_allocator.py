@@ -11,6 +11,7 @@ from gpualloc.config import SolverConfig
 from gpualloc.policies.fifo import fifo
 from gpualloc.metrics import weighted_throughput
 from gpualloc.scenario import from_dict
+from gpualloc.policies import rivals
 from strategies import scenarios
 
 # Small budgets: the properties hold for any budget; tests stay fast.
@@ -19,7 +20,7 @@ QUICK = SolverConfig(iterations=8, local_search_iters=8, progress=False)
 
 @given(scenarios())
 def test_plans_pass_the_checker(s):
-    plan = allocator(s, QUICK)
+    plan = allocator(s, QUICK, rivals=rivals())
     verdict = check(s, plan.owner)
     assert verdict.ok, str(verdict)
 
@@ -29,7 +30,7 @@ def test_never_below_fifo(s):
     # The claim: on any valid scenario, the allocator's weighted throughput is
     # at least FIFO's (its local search starts from the best of its repaired
     # plans and FIFO's placement, and never accepts a worse plan).
-    assert weighted_throughput(s, allocator(s, QUICK).owner) >= \
+    assert weighted_throughput(s, allocator(s, QUICK, rivals=rivals()).owner) >= \
         weighted_throughput(s, fifo(s).owner) - 1e-9
 
 
@@ -38,9 +39,9 @@ def test_never_below_greedy(s):
     # greedy's plan is one of the search's starts, and the plan returned when
     # the search ends below it (the repair serves elastic demand its own way).
     from gpualloc.policies.greedy import greedy
-    plan = allocator(s, QUICK)
+    plan = allocator(s, QUICK, rivals=rivals())
     assert check(s, plan.owner).ok
-    assert weighted_throughput(s, plan.owner) >= weighted_throughput(s, greedy(s).owner) - 1e-9
+    assert weighted_throughput(s, plan.owner) >= weighted_throughput(s, greedy(s, rivals=rivals()).owner) - 1e-9
 
 
 @given(scenarios(max_jobs=6), st.data())
@@ -56,7 +57,7 @@ def test_fixed_cells_are_kept(s, data):
     for j in started:
         fixed[base == j] = j
     s.fixed = fixed
-    owner = allocator(s, QUICK).owner
+    owner = allocator(s, QUICK, rivals=rivals()).owner
     assert check(s, owner).ok
     assert torch.equal(owner[fixed >= 0], fixed[fixed >= 0])
     for j in started:
@@ -71,7 +72,7 @@ def test_same_seed_same_plan():
         + [{"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0, "gpus": 1,
             "demand": [1 + (t % 12 > 6) * 2 for t in range(24)]}]})
     cfg = SolverConfig(iterations=20, local_search_iters=30, progress=False, seed=3)
-    a, b = allocator(s, cfg).owner, allocator(s, cfg).owner
+    a, b = allocator(s, cfg, rivals=rivals()).owner, allocator(s, cfg, rivals=rivals()).owner
     assert torch.equal(a, b)
 
 
@@ -95,7 +96,7 @@ def test_jobs_longer_than_twice_the_horizon():
                   "duration": 40},
                  {"id": "rt", "kind": "realtime_inference", "priority": 9, "arrival": 0,
                   "gpus": 1, "demand": [1, 1, 1, 1, 1]}]})
-    owner = allocator(s, QUICK).owner
+    owner = allocator(s, QUICK, rivals=rivals()).owner
     assert check(s, owner).ok
     assert (owner == 0).sum() == 4  # runs from its arrival to the horizon's end
 
@@ -121,7 +122,7 @@ def test_packed_plans_pass_the_checker():
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i % 5, "arrival": i,
                   "gpus": [1, 2, 4][i % 3], "duration": 2 + i % 7} for i in range(25)]})
     plan = allocator(s, SolverConfig(iterations=10, local_search_iters=10, progress=False,
-                                     grid="packed", window_slack=4))
+                                     grid="packed", window_slack=4), rivals=rivals())
     assert plan.info["representation"] == "packed" and check(s, plan.owner).ok
 
 
@@ -157,7 +158,7 @@ def test_local_search_with_threshold_accepting_returns_the_best_plan_it_saw(acce
     # back is still the best plan seen, never below the start, and feasible.
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.policies.allocator.repair import build
     from gpualloc.policies.allocator.search import improve
 
@@ -186,7 +187,7 @@ def test_second_walk_never_lowers_the_climb(seed):
     # clock both runs are repeatable, so the climb's value is a floor.
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
 
     s = generate(GeneratedScenarioConfig(
         name="walks", horizon=24, pools=[PoolConfig("h", 2, 8, "H100", 80.0),
@@ -199,9 +200,9 @@ def test_second_walk_never_lowers_the_climb(seed):
                                                   peak_replicas=[2, 4])), seed)
     base = SolverConfig(iterations=10, local_search_iters=60, local_search_patience=20,
                         time_limit_s=None, progress=False, seed=seed)
-    climb = allocator(s, base)
+    climb = allocator(s, base, rivals=rivals())
     both = allocator(s, replace(base, local_search_anneal_iters=200,
-                                local_search_accept_worse=0.02))
+                                local_search_accept_worse=0.02), rivals=rivals())
     assert check(s, both.owner).ok
     assert both.info["anneal"]["iterations"] > 0
     assert weighted_throughput(s, both.owner) >= weighted_throughput(s, climb.owner) - 1e-6

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,6 +4,7 @@ random small clusters and occupancies."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,28 +13,13 @@ from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import fill_elastic
+from gpualloc.objective import value
 from gpualloc.scenario import from_dict
+from scenarios import every_block
+from strategies import scenarios
 
 
 # ---- references -------------------------------------------------------------------------
-
-def every_block(s, k: int, pools_ok) -> list[int]:
-    """First GPUs of every block of k GPUs (PROBLEM.md): k consecutive GPUs
-    inside one node at any offset, or k / n whole consecutive nodes of one
-    pool when k is larger than the node; only on allowed pools."""
-    out, first = [], 0
-    for p, pool in enumerate(s.pools):
-        n = pool.gpus_per_node
-        for node in range(pool.count):
-            base = first + node * n
-            if not pools_ok[p]:
-                continue
-            if k <= n:
-                out += [base + off for off in range(n - k + 1)]
-            elif k % n == 0 and node + k // n <= pool.count:
-                out.append(base)
-        first += pool.count * n
-    return sorted(out)
 
 
 def ref_free(busy, b, k, t, need) -> bool:
@@ -240,3 +226,17 @@ def test_guarded_earliest_start_keeps_the_demand_room(case):
         assert t == -1
     else:
         assert t == ref[0] and g in ref[1]
+
+
+@given(scenarios(), st.sampled_from([0.0, 0.05]))
+@settings(max_examples=30)
+def test_schedule_value_is_the_objective(s, discount):
+    # The Schedule keeps the plan's value incrementally (rigid runs, elastic
+    # service per step); it must be the objective's value of the plan it holds.
+    from gpualloc.core import priority_order
+    from gpualloc.core.schedule import Schedule
+
+    sched = Schedule(s, discount=discount)
+    sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid and not sched.done[j]])
+    sched.fill_elastic()
+    assert sched.value() == pytest.approx(value(s, sched.owner(), discount), rel=1e-9, abs=1e-9)

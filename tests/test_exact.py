@@ -8,24 +8,27 @@ pytest.importorskip("highspy")
 from gpualloc.check import check  # noqa: E402
 from gpualloc.config import (ExactConfig, GeneratedScenarioConfig, PoolConfig,  # noqa: E402
                              RealtimeWorkloadConfig, RigidWorkloadConfig)
-from gpualloc.generate import generate  # noqa: E402
-from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model, exact,  # noqa: E402
-                            lp_relaxation, mip_bound)
+from gpualloc.scenario.generate import generate  # noqa: E402
+from gpualloc.policies.bounds import lp_relaxation, mip_bound  # noqa: E402
+from gpualloc.policies.exact import (ExactTooLarge, _hint_values, _plan, build_model,  # noqa: E402
+                                     exact)
 from gpualloc.policies.fifo import fifo  # noqa: E402
 from gpualloc.policies.greedy import greedy  # noqa: E402
 from gpualloc.metrics import weighted_throughput  # noqa: E402
 from gpualloc.scenario import ScenarioError  # noqa: E402
+from gpualloc.policies import rivals
 from strategies import scenarios  # noqa: E402
-from test_fifo import elastic, rigid, scen  # noqa: E402
-from test_greedy import scenario_with_fixed, with_fixed  # noqa: E402
-from test_run import cli  # noqa: E402
+from scenarios import elastic, rigid, scen  # noqa: E402
+from scenarios import with_fixed  # noqa: E402
+from strategies import scenario_with_fixed  # noqa: E402
+from helpers import cli  # noqa: E402
 
 CFG = ExactConfig(time_limit_s=10.0, workers=2)
 
 
 def solve(s, **kw):
     cfg = ExactConfig(**{**vars(CFG), **kw})
-    plan = exact(s, cfg)
+    plan = exact(s, cfg, rivals=rivals())
     verdict = check(s, plan.owner)
     assert verdict.ok, str(verdict)
     assert plan.info["objective"] == pytest.approx(weighted_throughput(s, plan.owner))
@@ -38,7 +41,7 @@ def test_beats_priority_order():
     # runs the gang from t=0 (4 x 2 x 3 = 24).
     s = scen([(1, 2, "H")], [rigid("z", 1, 1, priority=5), rigid("y", 2, 3, priority=4)],
              horizon=3)
-    assert weighted_throughput(s, greedy(s).owner) == 21
+    assert weighted_throughput(s, greedy(s, rivals=rivals()).owner) == 21
     plan = solve(s)
     assert plan.info["optimal"] and plan.info["status"] == "OPTIMAL"
     assert plan.info["objective"] == 24 and plan.info["best_bound"] == pytest.approx(24)
@@ -80,7 +83,7 @@ def test_refuses_above_size_limit():
     s = scen([(2, 4, "H")], [rigid("a", 1, 2), rigid("b", 2, 2)])
     size = build_model(s).size
     with pytest.raises(ExactTooLarge) as e:
-        exact(s, ExactConfig(max_variables=size - 1))
+        exact(s, ExactConfig(max_variables=size - 1), rivals=rivals())
     assert isinstance(e.value, ScenarioError)
     assert f"{size:,}" in str(e.value) and f"max_variables={size - 1:,}" in str(e.value)
 
@@ -88,7 +91,7 @@ def test_refuses_above_size_limit():
 def test_hint_reproduces_greedy():
     s = scen([(2, 4, "H")], [rigid("a", 3, 3, priority=2), rigid("b", 2, 4, arrival=1),
                              elastic("e", 2, [1, 2, 1, 0, 2, 2]), elastic("f", 1, [3] * 6)])
-    owner = greedy(s).owner
+    owner = greedy(s, rivals=rivals()).owner
     m = build_model(s)
     assert torch.equal(_plan(s, m, _hint_values(s, m, owner)), owner)
 
@@ -104,7 +107,7 @@ def test_fixed_cells_kept():
     assert torch.equal(plan.owner[fixed >= 0], fixed[fixed >= 0])
     assert ((plan.owner == 0) & (fixed != 0)).sum() == 0
     # The objective counts the fixed cells too: it is the plan's weighted throughput.
-    assert plan.info["objective"] >= weighted_throughput(sf, greedy(sf).owner)
+    assert plan.info["objective"] >= weighted_throughput(sf, greedy(sf, rivals=rivals()).owner)
 
 
 def test_lp_levels_bound_the_optimum():
@@ -148,12 +151,12 @@ def test_oracles_on_random_scenarios(s):
     pool = lp_relaxation(s, ExactConfig(lp_max_nonzeros=0)).value
     assert mip is not None and pool >= mip - 1e-6 * max(1.0, mip)
     assert mip >= info["objective"] - 1e-6 * max(1.0, mip)
-    for other in (fifo(s).owner, greedy(s).owner):
+    for other in (fifo(s).owner, greedy(s, rivals=rivals()).owner):
         assert mip >= weighted_throughput(s, other) - 1e-6 * max(1.0, mip)
     if info["best_bound"] is not None:
         assert info["best_bound"] >= info["objective"] - 1e-6
     if info["optimal"]:
-        for other in (fifo(s).owner, greedy(s).owner):
+        for other in (fifo(s).owner, greedy(s, rivals=rivals()).owner):
             assert info["objective"] >= weighted_throughput(s, other) - 1e-6
         assert lp >= info["objective"] - 1e-6 * max(1.0, lp)
 
@@ -175,7 +178,7 @@ def test_oracles_on_generated_small(seed):
     s = small_generated(seed)
     info = solve(s).info
     assert info["optimal"]
-    f, g = weighted_throughput(s, fifo(s).owner), weighted_throughput(s, greedy(s).owner)
+    f, g = weighted_throughput(s, fifo(s).owner), weighted_throughput(s, greedy(s, rivals=rivals()).owner)
     assert info["lp_bound"] >= info["objective"] - 1e-6 >= g - 2e-6
     assert g >= f  # on these, greedy beats the baseline
 
@@ -187,7 +190,7 @@ def test_exact_keeps_fixed_cells(s):
     fixed = s.fixed
     assert torch.equal(plan.owner[fixed >= 0], fixed[fixed >= 0])
     if plan.info["optimal"]:
-        assert plan.info["objective"] >= weighted_throughput(s, greedy(s).owner) - 1e-6
+        assert plan.info["objective"] >= weighted_throughput(s, greedy(s, rivals=rivals()).owner) - 1e-6
 
 
 @pytest.mark.slow

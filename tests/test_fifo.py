@@ -4,26 +4,8 @@ from hypothesis import given
 from gpualloc.check import check
 from gpualloc.config import FifoConfig
 from gpualloc.policies.fifo import fifo, reservation
-from gpualloc.scenario import from_dict
 from strategies import scenarios
-
-
-def scen(pools, jobs, horizon=6):
-    return from_dict({"name": "t", "horizon": horizon, "step_minutes": 60,
-                      "cluster": {"pools": [
-                          {"name": f"p{i}", "count": c, "gpus_per_node": n, "gpu_type": ty,
-                           "memory_gb": 80} for i, (c, n, ty) in enumerate(pools)]},
-                      "jobs": jobs})
-
-
-def rigid(id, gpus, duration, arrival=0, priority=1, **kw):
-    return {"id": id, "kind": "training", "priority": priority, "arrival": arrival,
-            "gpus": gpus, "duration": duration, **kw}
-
-
-def elastic(id, gpus, demand, arrival=0, priority=9, **kw):
-    return {"id": id, "kind": "realtime_inference", "priority": priority, "arrival": arrival,
-            "gpus": gpus, "demand": demand, **kw}
+from scenarios import elastic, rigid, scen
 
 
 def run(s, **cfg):

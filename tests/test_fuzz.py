@@ -22,7 +22,7 @@ from gpualloc.policies import POLICIES
 from gpualloc.run import run
 from gpualloc.scenario import ScenarioError, from_dict, load
 from strategies import junk, mutated_docs, scenario_docs
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,11 +9,12 @@ from gpualloc.policies.allocator import allocator
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
 from gpualloc.policies.fifo import fifo
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.kernels.pgd import pgd_step, pgd_step_ref
-from gpualloc.memory import grid_bytes
+from gpualloc.policies.allocator.memory import grid_bytes
 from gpualloc.metrics import weighted_throughput
-from test_run import composed
+from gpualloc.policies import rivals
+from helpers import composed
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -49,7 +50,7 @@ def test_fifo_cuda_equals_cpu(name):
 def test_allocator_on_cuda_is_feasible_and_not_below_fifo():
     s = generate(composed("+scenario=mixed").scenario, 2)
     cfg = SolverConfig(iterations=30, local_search_iters=50, progress=False)
-    plan = allocator(s, cfg, CUDA)
+    plan = allocator(s, cfg, CUDA, rivals=rivals())
     assert check(s, plan.owner.cpu()).ok
     assert weighted_throughput(s, plan.owner) >= weighted_throughput(s, fifo(s).owner) - 1e-9
 

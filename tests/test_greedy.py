@@ -8,15 +8,17 @@ from gpualloc.config import GreedyConfig
 from gpualloc.policies.fifo import fifo
 from gpualloc.policies.greedy import greedy
 from gpualloc.metrics import weighted_throughput
-from gpualloc.scenario import Scenario
+from gpualloc.policies import rivals
 from strategies import scenarios
-from test_fifo import elastic, rigid, scen
+from scenarios import elastic, rigid, scen
+from scenarios import with_fixed
+from strategies import scenario_with_fixed
 
 
 def run(s, **cfg):
     # variants=False in the ablations below: the demand-aware pass alone,
     # without the plain backfill that greedy also runs and keeps when better.
-    plan = greedy(s, GreedyConfig(**cfg))
+    plan = greedy(s, GreedyConfig(**cfg), rivals=rivals())
     verdict = check(s, plan.owner)
     assert verdict.ok, str(verdict)
     return plan.owner
@@ -158,11 +160,6 @@ def test_unplaceable_and_late_jobs():
     assert (o == 0).sum() == 0 and start_of(o, 1) == 4 and o[:, 4:].eq(1).sum() == 2
 
 
-def with_fixed(s, fixed):
-    return Scenario(name=s.name, horizon=s.horizon, step_minutes=s.step_minutes,
-                    pools=s.pools, jobs=s.jobs, fixed=fixed)
-
-
 def test_fixed_cells_kept_and_their_jobs_not_rescheduled():
     # a ran on GPUs 0-1 at t=0 and b is running on GPU 2 until t=4 (fixed);
     # one replica of e was served on GPU 3 at t=0, 1. Greedy keeps those
@@ -180,21 +177,6 @@ def test_fixed_cells_kept_and_their_jobs_not_rescheduled():
     assert (o == 0).sum() == 2 and (o == 1).sum() == 5
     assert (o == 3).sum(0).tolist()[:5] == [1, 2, 2, 2, 2]
     assert start_of(o, 2) == 5
-
-
-@st.composite
-def scenario_with_fixed(draw):
-    """A scenario and a fixed prefix: FIFO's plan before a cut, plus the
-    rest of the runs of rigid jobs that started before it (running jobs)."""
-    s = draw(scenarios())
-    cut = draw(st.integers(0, s.T))
-    owner = fifo(s).owner
-    fixed = torch.full_like(owner, -1)
-    fixed[:, :cut] = owner[:, :cut]
-    for j in fixed[:, :cut].unique().tolist():
-        if j >= 0 and s.jobs[j].rigid:
-            fixed[owner == j] = j
-    return with_fixed(s, fixed)
 
 
 @given(scenarios())
@@ -230,7 +212,7 @@ def test_greedy_runs_something_when_fifo_does(s):
 def test_rejects_wrong_fixed_shape():
     s = scen([(1, 2, "H")], [rigid("a", 1, 1)])
     with pytest.raises(ValueError, match="fixed"):
-        greedy(with_fixed(s, torch.full((3, 6), -1)))
+        greedy(with_fixed(s, torch.full((3, 6), -1)), rivals=rivals())
 
 
 @given(scenarios(max_jobs=10, max_horizon=12))

@@ -14,11 +14,12 @@ from gpualloc.check import GUARANTEE, check
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
 from gpualloc.policies import POLICIES
-from gpualloc.run import run, with_min_served
+from gpualloc.run import run
+from gpualloc.scenario import with_min_served
 from gpualloc.scenario import ScenarioError, from_dict
 from strategies import scenario_docs
-from test_core import every_block
-from test_run import composed
+from scenarios import every_block
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ from gpualloc.policies.fifo import fifo
 from gpualloc.run import USER_ERRORS, run
 from gpualloc.scenario import ScenarioError, from_dict, load
 from strategies import BOM, broken_bytes, broken_csv, csv_text, mutated, scenario_docs
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "gpualloc" / "examples" / "tiny.yaml"

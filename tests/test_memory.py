@@ -13,14 +13,14 @@ from hypothesis import given
 
 from gpualloc.config import SettingError, SolverConfig
 from gpualloc.kernels.pgd import triton_available
-from gpualloc.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
+from gpualloc.policies.allocator.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
                              check_scenario_memory, cpu_available, dense_bytes, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
                              scenario_bytes)
 from gpualloc.policies import POLICIES
 from gpualloc.scenario import ScenarioError, from_dict
 from strategies import scenarios
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 linux_peak = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(),
@@ -101,7 +101,7 @@ def test_guard_in_the_run_path(tmp_path):
     # Through gpualloc.run.run and the policy registry, with a budget between
     # the packed and the dense grid's estimates: with the dense grid forced, a
     # clear ScenarioError; with grid=auto, the packed grid instead.
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.run import run
     args = ["+scenario=low_contention", "policies=[fifo,allocator]", "solver.iterations=4",
             "solver.local_search_iters=10", "solver.rounding_thresholds=[0.5]",

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from gpualloc.metrics import gains, metrics, weighted_throughput
+from gpualloc.objective import job_values, value
 from gpualloc.scenario import from_dict
 
 # One pool, one node of 4 GPUs, horizon 4.
@@ -39,6 +40,17 @@ def test_hand_computed():
     assert (qu["started"], qu["mean_wait"]) == (0, None)
     assert m["jobs_completed"] == 1 and m["mean_wait"] == 1.0
     assert weighted_throughput(S, plan()) == m["weighted_throughput"]
+
+
+def test_objective_discounted_by_hand():
+    # The same useful cells as test_hand_computed, each step weighted (1 - d)^t:
+    # t: 2 GPUs at t=1, 2; b: 1 GPU at t=2, 3; r: 2 GPUs at t=0 and t=3.
+    d = 0.5
+    w = [(1 - d) ** t for t in range(4)]
+    by_job = [5 * 2 * (w[1] + w[2]), 2 * 1 * (w[2] + w[3]), 0.0, 10 * 2 * (w[0] + w[3])]
+    assert job_values(S, plan(), d).tolist() == pytest.approx(by_job)
+    assert value(S, plan(), d) == pytest.approx(sum(by_job))
+    assert value(S, plan()) == weighted_throughput(S, plan()) == 5 * 4 + 2 * 2 + 10 * 4
 
 
 def test_empty_plan_and_gains():

@@ -10,15 +10,16 @@ from scenarios import one_node
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.policies.fifo import fifo
-from gpualloc.online import FORECASTS, ONLINE_BY_NATURE, forecast, online, run_policy, visible
+from gpualloc.online import FORECASTS, forecast, online, run_policy, visible
 from gpualloc.plan import Plan, empty_owner
 from gpualloc.policies import POLICIES
 from gpualloc.scenario import Job, Scenario, ScenarioError, from_dict
+from gpualloc.policies import rivals
 from strategies import scenario_docs
 
 NOT_ORACLE = [f for f in FORECASTS if f != "oracle"]
 # Registry policies that plan online through the loop (greedy, the allocator).
-REPLANNING = [name for name in POLICIES if name not in ONLINE_BY_NATURE]
+REPLANNING = [name for name, p in POLICIES.items() if not p.online_by_nature]
 
 
 def cfg(forecast="last_day", every=1, **kw) -> RunConfig:
@@ -225,16 +226,10 @@ def test_policy_that_ignores_fixed_is_refused():
 ])
 def test_config_errors_name_the_override(override, message):
     # Refused when the config is built (gpualloc.config; every setting:
-    # tests/test_settings.py), and again by the loop if changed since.
+    # tests/test_settings.py), once.
     with pytest.raises(SettingError, match=message):
         RunConfig(**{"mode": "online", **{k: OnlineConfig(**v) if k == "online" else v
                                           for k, v in override.items()}})
-    c = cfg()
-    for key, value in override.items():
-        for field, v in ([(key, value)] if key == "mode" else value.items()):
-            setattr(c if key == "mode" else c.online, field, v)
-    with pytest.raises(SettingError, match=message):
-        online(from_dict(scen_doc()), fixed_greedy, c)
 
 
 def test_run_online_mode(tmp_path):
@@ -264,7 +259,7 @@ ONLINE_POLICIES = {"fixed_greedy": fixed_greedy, **{n: POLICIES[n] for n in REPL
 def test_policies_online_on_a_generated_scenario(name, forecast_):
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
 
     g = GeneratedScenarioConfig(
         name="small", horizon=24, pools=[PoolConfig(count=2)],
@@ -294,7 +289,7 @@ def test_each_replan_gets_the_online_search_settings(moves):
     def spy(view, c, device="cpu"):
         seen.append((c.solver.rounding, c.solver.local_search_iters,
                      c.solver.local_search_anneal_iters))
-        plan = allocator(view, c.solver, device)
+        plan = allocator(view, c.solver, device, rivals=rivals())
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0)
         return plan
 

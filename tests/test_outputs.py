@@ -19,13 +19,14 @@ import torch
 
 from gpualloc import files
 from gpualloc.files import atomic_write_text
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.policies import POLICIES
 from gpualloc.report import format_run_table
-from gpualloc.run import run, with_preemption
+from gpualloc.run import run
+from gpualloc.scenario import with_preemption
 from gpualloc.scenario import from_dict
 from gpualloc.scenario import load as load_scenario
-from test_run import composed
+from helpers import composed
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("scenario.json", "metrics.json")

@@ -10,6 +10,7 @@ from gpualloc.check import check
 from gpualloc.metrics import metrics, weighted_throughput
 from gpualloc.plan import empty_owner, segments
 from gpualloc.scenario import from_dict
+from gpualloc.policies import rivals
 from strategies import scenarios
 
 
@@ -186,7 +187,7 @@ def test_greedy_evicts_a_lower_priority_preemptible_job():
     from gpualloc.policies.greedy import greedy
 
     s = _urgent()
-    plan = greedy(s, GreedyConfig(variants=False))
+    plan = greedy(s, GreedyConfig(variants=False), rivals=rivals())
     assert check(s, plan.owner).ok
     assert (plan.owner[:, 3:6] == 1).all()  # the urgent job starts on arrival
     m = metrics(s, plan.owner)
@@ -196,7 +197,7 @@ def test_greedy_evicts_a_lower_priority_preemptible_job():
     # Without preemption (or when the job is not preemptible) it waits.
     for s2, cfg in ((s, GreedyConfig(variants=False, preempt=False)),
                     (_urgent(preemptible=False), GreedyConfig(variants=False))):
-        waited = greedy(s2, cfg).owner
+        waited = greedy(s2, cfg, rivals=rivals()).owner
         assert check(s2, waited).ok
         assert (waited[:, :8] == 0).all() and metrics(s2, waited)["preemptions"] == 0
 
@@ -207,7 +208,7 @@ def test_no_eviction_for_a_job_of_equal_priority():
 
     s = _cluster([_rigid("a", 5, 0, 4, 8, preemptible=True, restart_cost=1),
                   _rigid("b", 5, 3, 4, 3)])
-    owner = greedy(s, GreedyConfig(variants=False)).owner
+    owner = greedy(s, GreedyConfig(variants=False), rivals=rivals()).owner
     assert check(s, owner).ok
     assert (owner[:, :8] == 0).all()
 
@@ -237,7 +238,7 @@ def test_exact_refuses_preemptible_jobs():
     from gpualloc.scenario import ScenarioError
 
     with pytest.raises(ScenarioError, match="'low' is preemptible"):
-        exact(_urgent())
+        exact(_urgent(), rivals=rivals())
 
 
 def test_online_preempts_a_committed_job():
@@ -273,9 +274,9 @@ def test_every_policy_plans_preemptible_jobs_feasibly(s):
 
     plans = {"fifo": fifo(s).owner, "backfill": backfill(s).owner}
     for preempt in (False, True):
-        plans[f"greedy {preempt}"] = greedy(s, GreedyConfig(preempt=preempt)).owner
+        plans[f"greedy {preempt}"] = greedy(s, GreedyConfig(preempt=preempt), rivals=rivals()).owner
         plans[f"allocator {preempt}"] = allocator(
-            s, SolverConfig(preempt=preempt, **QUICK)).owner
+            s, SolverConfig(preempt=preempt, **QUICK), rivals=rivals()).owner
     for name, owner in plans.items():
         verdict = check(s, owner)
         assert verdict.ok, f"{name}: {verdict}"
@@ -356,7 +357,7 @@ def test_online_fill_between_replans_beside_preemptible_segments():
     from gpualloc.config import (GeneratedScenarioConfig, OnlineConfig, PoolConfig,
                                  RealtimeWorkloadConfig, RigidWorkloadConfig, RunConfig,
                                  SolverConfig)
-    from gpualloc.generate import generate
+    from gpualloc.scenario.generate import generate
     from gpualloc.online import run_policy
 
     s = generate(GeneratedScenarioConfig(

@@ -11,7 +11,7 @@ import pytest
 from gpualloc import report
 from gpualloc.report import Run, aggregate, find_runs, headlines, setting, write_report
 from gpualloc.run import run
-from test_run import composed
+from helpers import composed
 
 # A real CLI multirun with a second policy beside FIFO, so that gains are not
 # all zero: FIFO without its real-time reservation (fifo.reserve=0), put in
@@ -20,7 +20,8 @@ ALT_POLICY = """
 import gpualloc.policies as P
 from gpualloc.config import FifoConfig
 from gpualloc.policies.fifo import fifo
-P.POLICIES["fifo_r0"] = lambda s, cfg, device: fifo(s, FifoConfig(reserve=0), device)
+P.POLICIES["fifo_r0"] = P.Policy(lambda s, cfg, device: fifo(s, FifoConfig(reserve=0), device),
+                               online_by_nature=True, keeps_guarantee=False)
 from gpualloc.run import main
 main()
 """

@@ -1,28 +1,13 @@
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from gpualloc.check import check
-from gpualloc.config import register_configs
 from gpualloc.plan import load_plan
 from gpualloc.run import run
 from gpualloc.scenario import load
-
-
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpualloc.run", *args], capture_output=True,
-                          text=True, cwd=cwd)
-
-
-def composed(*overrides):
-    register_configs()
-    with initialize_config_module("gpualloc.conf", version_base=None):
-        return OmegaConf.to_object(compose("config", overrides=list(overrides)))
+from helpers import cli, composed
 
 
 def test_run_writes_checked_outputs(tmp_path):

@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from gpualloc.config import register_configs
-from gpualloc.generate import generate
+from gpualloc.scenario.generate import generate
 from gpualloc.scenario import ScenarioError, from_dict, load
 
 BASE = {

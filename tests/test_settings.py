@@ -15,9 +15,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from gpualloc.config import (GeneratedScenarioConfig, RunConfig, SettingError, SolverConfig,
-                             register_configs)
-from gpualloc.generate import generate
+from gpualloc.config import (GeneratedScenarioConfig, RigidWorkloadConfig, RunConfig, SettingError,
+                             SolverConfig, register_configs)
+from gpualloc.scenario.generate import generate
 from gpualloc.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,24 +243,19 @@ def test_edges_run(build, tmp_path):
 
 def test_direct_construction_is_checked_too():
     # Not only through Hydra: the dataclasses check themselves when built,
-    # and a config changed since is checked again by the run and the generator.
+    # once; the run and the generator do not check them again.
     with pytest.raises(SettingError, match=r"^solver\.rounding=bset: must be one of"):
         SolverConfig(rounding="bset")
+    with pytest.raises(SettingError, match=r"^solver\.grid=sparse"):
+        SolverConfig(grid="sparse")
     with pytest.raises(SettingError, match=r"^solver\.time_limit_s=0: must be > 0 or null"):
         RunConfig(solver=SolverConfig(time_limit_s=0))
-    g = GeneratedScenarioConfig(name="x")
-    g.training.gpus_weights = [1]
     with pytest.raises(SettingError, match=r"^scenario\.training\.gpus_weights=\[1\]"):
-        generate(g, 0)
-    cfg = RunConfig(scenario=GeneratedScenarioConfig(name="x"))
-    cfg.solver.grid = "sparse"
-    with pytest.raises(SettingError, match=r"^solver\.grid=sparse"):
-        run(cfg)
-    g = GeneratedScenarioConfig(name="x")
-    g.quantization.restart_cost = 3
+        GeneratedScenarioConfig(name="x", training=RigidWorkloadConfig(gpus=[1, 2],
+                                                                       gpus_weights=[1]))
     with pytest.raises(SettingError, match=r"^scenario\.quantization\.restart_cost=3: needs "
                                            r"scenario\.quantization\.preemptible=true"):
-        generate(g, 0)
+        GeneratedScenarioConfig(name="x", quantization=RigidWorkloadConfig(restart_cost=3))
     with pytest.raises(SettingError, match=r"^preemptible=\[serving\]: must be a list of rigid"):
         RunConfig(preemptible=["serving"])
     with pytest.raises(SettingError, match=r"^preemptible=training: must be a list of rigid"):

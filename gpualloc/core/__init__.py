@@ -36,12 +36,52 @@ def priority_order(s: Scenario, jobs=None) -> list[int]:
     return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
 
 
+def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[int]:
+    """The real-time services among `jobs` (all by default) that some block can
+    hold, in the order elastic demand is served: priority, highest first
+    (ties: arrival, then scenario order); `narrow_first`: among equal
+    priorities, the services fewer GPUs can hold first (the Schedule's)."""
+    jobs = range(s.J) if jobs is None else jobs
+    unplaceable = s.unplaceable
+    elastic = [j for j in jobs if not s.jobs[j].rigid and not bool(unplaceable[j])]
+    if not narrow_first:
+        return priority_order(s, elastic)
+    compat_gpus = (s.pool_compat.long() @ torch.bincount(s.gpu_pool, minlength=len(s.pools))
+                   ).tolist()  # (J,) GPUs of the pools each job can use
+    return sorted(elastic, key=lambda j: (-s.jobs[j].priority, compat_gpus[j],
+                                          s.jobs[j].arrival, j))
+
+
 def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
     the time-major owner grid `owner` (T, G), e.g. the cells fixed before
     planning, whose replicas count against demand."""
-    return (held(s, torch.from_numpy(np.ascontiguousarray(owner.T)))
-            // s.gpus[:, None]).numpy()
+    return (held(s, owner_of(owner)) // s.gpus[:, None]).numpy()
+
+
+def time_major(grid: torch.Tensor) -> np.ndarray:
+    """(T, G) int64: a (G, T) owner grid turned time-major, the layout of the
+    core's grids, as an own C-order copy (a transpose of a one-step or one-GPU
+    grid is already contiguous, so np.ascontiguousarray would hand out the
+    original, and a caller writing into it would write into the plan)."""
+    return np.array(grid.cpu().numpy().T, dtype=np.int64, order="C")
+
+
+def owner_of(grid: np.ndarray) -> torch.Tensor:
+    """(G, T) int64 owner tensor of a time-major (T, G) grid: what a policy
+    returns (time_major's inverse)."""
+    return torch.from_numpy(np.ascontiguousarray(grid.T))
+
+
+def still_wanted(s: Scenario, fixed: np.ndarray | None,
+                 target: np.ndarray | None = None) -> np.ndarray:
+    """(J, T) int64: replicas still wanted once the cells of `fixed` (T, G;
+    None: no cells) serve theirs; `target`: what is wanted (the demand by
+    default; e.g. the guaranteed replicas)."""
+    target = s.demand.numpy() if target is None else target
+    if fixed is None:
+        return target.astype(np.int64, copy=True)
+    return np.maximum(target - replicas_held(s, fixed), 0)
 
 
 def fixed_jobs(s: Scenario) -> np.ndarray:

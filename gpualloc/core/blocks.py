@@ -139,3 +139,20 @@ def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, valu
         if found:
             return t
     return -1
+
+
+@njit(cache=True)
+def runs_in_nodes(free, gpu_node, node_first, node_end, out):
+    """out[g]: length of the run of free GPUs (inside g's node) holding g."""
+    for n in range(node_first.shape[0]):
+        g = node_first[n]
+        while g < node_end[n]:
+            if not free[g]:
+                out[g] = 0
+                g += 1
+                continue
+            a = g
+            while g < node_end[n] and free[g]:
+                g += 1
+            for x in range(a, g):
+                out[x] = g - a

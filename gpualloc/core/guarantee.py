@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import replicas_held
+from gpualloc.core import owner_of, still_wanted, time_major
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
@@ -39,16 +39,15 @@ class GuaranteeError(ScenarioError):
 
 def _fixed(s: Scenario) -> np.ndarray:
     """(T, G) int64: the cells decided before planning, an own copy (the
-    footprint is written into it; a transpose of a one-step or one-GPU grid
-    is already contiguous, so ascontiguousarray would hand out s.fixed)."""
+    footprint is written into it)."""
     if s.fixed is None:
         return np.full((s.T, s.G), IDLE, dtype=np.int64)
-    return np.array(s.fixed.cpu().numpy().T, dtype=np.int64, order="C")
+    return time_major(s.fixed)
 
 
 def still_guaranteed(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: guaranteed replicas not yet held in `owner` (T, G)."""
-    return np.maximum(s.guaranteed.numpy() - replicas_held(s, owner), 0)
+    return still_wanted(s, owner, s.guaranteed.numpy())
 
 
 def footprint(s: Scenario, strict: bool = True) -> np.ndarray:
@@ -161,4 +160,4 @@ def planning_fixed(s: Scenario) -> torch.Tensor | None:
     scratch, best effort around decided cells (online views)."""
     if not bool((s.min_served > 0).any()):
         return s.fixed
-    return torch.from_numpy(np.ascontiguousarray(footprint(s, strict=s.fixed is None).T))
+    return owner_of(footprint(s, strict=s.fixed is None))

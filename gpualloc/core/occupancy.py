@@ -149,6 +149,15 @@ class Occupancy:
             kb.update_runs(self.busy, self.run, first, first + k, end)
             return held
 
+    def busy_unheld(self, t: int) -> np.ndarray:
+        """(G,) bool, a copy: GPUs a rigid job or a fixed cell holds at t, the
+        reservation's cells not counted (they are free now)."""
+        busy = self.busy[t].copy()
+        if self.held is not None and self.held[0] <= t < self.held[1]:
+            first, k = self.held[2], self.held[3]
+            busy[first:first + k] = self.fixed[t, first:first + k] >= 0
+        return busy
+
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),
                         self.first.copy(),
@@ -160,26 +169,58 @@ class Occupancy:
         self.closed, self.progress = (a.copy() for a in snap.segment)
 
     # ---- block queries -------------------------------------------------------------------
-    def free_at(self, j: int, t: int, length: int | None = None) -> np.ndarray:
-        """(B,) bool: j's candidate blocks free for its run (or `length` steps) from t."""
+    def free_at(self, j: int, t: int, length: int | None = None,
+                run: np.ndarray | None = None) -> np.ndarray:
+        """(B,) bool: j's candidate blocks free for its run (or `length` steps)
+        from t; in `run`, when given, a free-run grid of more busy cells than
+        these (e.g. greedy's, which avoids the elastic footprint too)."""
         b = self.lay.blocks(j)
         out = np.zeros(len(b), dtype=np.bool_)
         need = self.length(j, t) if length is None else length
-        kb.free_blocks(self.run, b, int(self.lay.gpus[j]), t, need, out)
+        kb.free_blocks(self.run if run is None else run, b, int(self.lay.gpus[j]), t, need, out)
         return out
 
-    def earliest(self, j: int, after: int, short: np.ndarray | None = None):
+    def earliest(self, j: int, after: int, short: np.ndarray | None = None,
+                 run: np.ndarray | None = None):
         """(t, (B,) bool blocks free then): the earliest start >= after at which
         j fits for its whole run (cut by the horizon), avoiding pools marked in
-        short (P, T) when given; (T, None) when it fits nowhere."""
+        short (P, T) when given; (T, None) when it fits nowhere. `run`: as in
+        `free_at`."""
         lay = self.lay
         b = lay.blocks(j)
         out = np.zeros(len(b), dtype=np.bool_)
         guarded = short is not None
-        t = kb.earliest(self.run, b, lay.job_block_pool(j), int(lay.gpus[j]),
+        t = kb.earliest(self.run if run is None else run, b, lay.job_block_pool(j),
+                        int(lay.gpus[j]),
                         self.steps(j), after, self.T,
                         short if guarded else _NO_SHORT, guarded, out)
         return (t, out) if t < self.T else (self.T, None)
+
+    def cheapest_eviction(self, j: int, t: int, victims: list[int], weight: np.ndarray,
+                          busy: np.ndarray | None = None) -> tuple[int, tuple[int, ...]]:
+        """The block where rigid job j can start at t once some of the running
+        `victims` are cut there, the victims costing the least `weight` (J,)
+        in all (ties: the lowest block): (first GPU, victims), or (-1, ()).
+        `busy` (T, G): the cells j must avoid otherwise (these by default)."""
+        lay = self.lay
+        busy = self.busy if busy is None else busy
+        k, L = int(lay.gpus[j]), self.length(j, t)
+        at = np.full((L, lay.G), -1, dtype=np.int64)  # the victim holding each cell
+        for r in victims:
+            start, first = int(self.start[r]), int(self.first[r])
+            end = min(start + self.length(r, start), t + L)
+            at[:end - t, first:first + int(lay.gpus[r])] = r
+        usable = (~busy[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
+        cs = np.zeros(lay.G + 1, dtype=np.int64)
+        np.cumsum(usable, out=cs[1:])
+        blocks = lay.blocks(j)
+        best, best_cost, best_victims = -1, 0.0, ()
+        for g in blocks[cs[blocks + k] - cs[blocks] == k].tolist():
+            mine = {int(r) for r in np.unique(at[:, g:g + k]) if r >= 0}
+            cost = sum(float(weight[r]) for r in mine)
+            if mine and (best < 0 or cost < best_cost):
+                best, best_cost, best_victims = g, cost, tuple(sorted(mine))
+        return best, best_victims
 
     def fewest_left(self, j: int, t: int, options: np.ndarray) -> int:
         """First GPU of the option whose node keeps the fewest free GPUs at t

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from gpualloc.core.blocks import runs_in_nodes
+
 
 @njit(cache=True)
 def _take(free, owner, c, label, lo, hi):
@@ -119,3 +121,54 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
 
 
 _NO_OWNER = np.zeros((1, 1), dtype=np.int64)
+
+
+@njit(cache=True)
+def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
+                    job_class, gpu_node, node_first, node_end, picks, n_picks):
+    """Elastic replicas at one timestep, best fit replica by replica (greedy's
+    elastic service; fill_elastic is the packing of every other): jobs
+    in order, each on the free block (occ (G,) bool busy) whose GPUs the
+    fewest later jobs can use, then the shortest free run, then the lowest
+    index. Writes picks[i, :n_picks[i]] (first GPUs)."""
+    G = occ.shape[0]
+    E, P = jobs.shape[0], pool_ok.shape[1]
+    run = np.zeros(G, dtype=np.int64)
+    free = np.zeros(G, dtype=np.bool_)
+    want_cs = np.zeros(G + 1, dtype=np.int64)
+    for i in range(E):
+        j = jobs[i]
+        k = gpus[i]
+        pool_want = np.zeros(P, dtype=np.int64)
+        for f in range(i + 1, E):
+            if need[f] > 0:
+                for p in range(P):
+                    pool_want[p] += pool_ok[f, p]
+        for g in range(G):
+            want_cs[g + 1] = want_cs[g] + pool_want[gpu_pool[g]]
+        c = job_class[j]
+        n_picks[i] = 0
+        for _ in range(need[i]):
+            for g in range(G):
+                free[g] = not occ[g]
+            runs_in_nodes(free, gpu_node, node_first, node_end, run)
+            best, best_s, best_r = -1, 0, 0
+            for x in range(class_ptr[c], class_ptr[c + 1]):
+                b = class_blocks[x]
+                ok = True
+                for g in range(b, b + k):
+                    if occ[g]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                s = want_cs[b + k] - want_cs[b]
+                r = min(run[b], G)
+                if best < 0 or s < best_s or (s == best_s and r < best_r):
+                    best, best_s, best_r = b, s, r
+            if best < 0:
+                break
+            for g in range(best, best + k):
+                occ[g] = True
+            picks[i, n_picks[i]] = best
+            n_picks[i] += 1

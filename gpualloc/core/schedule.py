@@ -13,7 +13,9 @@ import random
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
+from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
@@ -36,19 +38,14 @@ class Schedule:
         self.cum_weight = np.concatenate([[0.0], np.cumsum(self.step_weight)])  # (T + 1,)
         self.discounted = discount > 0
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-        fixed = None if fixed is None else fixed.cpu().numpy().T
+        fixed = None if fixed is None else time_major(fixed)
         self.occ = Occupancy(lay, fixed)
         self.done = fixed_jobs(s) & lay.rigid  # started already: not planned again
         self.elastic = [j for j in range(lay.J) if not lay.rigid[j] and not lay.unplaceable[j]]
         # Replicas the fixed cells already serve count against demand.
-        demand = lay.demand.copy()
-        if fixed is not None:
-            demand = np.maximum(demand - replicas_held(s, fixed), 0)
-        self.demand = demand  # (J, T) replicas still to serve
+        demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
-        compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (J,)
-        self.elastic_order = sorted(self.elastic, key=lambda j: (
-            -lay.priority[j], compat_gpus[j], lay.arrival[j], j))
+        self.elastic_order = service_order(s, self.elastic, narrow_first=True)
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -164,13 +161,14 @@ class Schedule:
                 net = np.where(free, value * length - self.guard.price_at(k, t, length)[pools],
                                -1.0)
                 best = float(net.max())
-                if best <= 1e-9:
+
+                def later() -> float:  # the job's value at its earliest safe start
+                    at = self.find(j, t + 1, demand_aware, displace=False)
+                    return 0.0 if at is None else value * self.length(j, at[0])
+
+                if not worth_displacing(best, later):
                     return None, False
-                # Worth it only against the job's value at its earliest safe start.
-                later = self.find(j, t + 1, demand_aware, displace=False)
-                if later is not None and best <= value * self.length(j, later[0]) + 1e-9:
-                    return None, False
-                ok = net >= best - 1e-9
+                ok = net >= best - EPS
         if prefer is not None:
             mine = np.flatnonzero(lay.blocks(j) == prefer)
             if len(mine) and ok[mine[0]]:
@@ -270,7 +268,7 @@ class Schedule:
         """(G, T) int64: the plan."""
         grid = self.occ.owner_grid()  # (T, G)
         self.fill_elastic(owner=grid)
-        return torch.from_numpy(np.ascontiguousarray(grid.T))
+        return owner_of(grid)
 
     def snapshot(self):
         return (self.occ.snapshot(), self.guard.snapshot(), self.elastic_value.copy(),

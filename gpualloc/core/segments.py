@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from gpualloc.core import priority_order
+from gpualloc.core import owner_of, priority_order, time_major
 from gpualloc.core.blocks import runs_of
 from gpualloc.core.layout import layout
 from gpualloc.plan import segments
@@ -84,8 +84,8 @@ def fill_segments(s: Scenario, owner: torch.Tensor) -> tuple[torch.Tensor, int]:
     closed = seg.new.sum(1).numpy().astype(np.int64)
     last_end = (last + 1).numpy().astype(np.int64)
     last_first = seg.first[torch.arange(s.J), last.clamp(min=0)].numpy().astype(np.int64)
-    grid = np.ascontiguousarray(owner.numpy().T)  # (T, G)
+    grid = time_major(owner)  # (T, G), written into
     run = runs_of(grid >= 0).astype(np.int64)
     placed = _fill(grid, run, jobs, lay.arrival, lay.gpus, lay.restart_cost, need, closed,
                    last_end, last_first, lay.job_class, lay.class_ptr, lay.class_blocks)
-    return torch.from_numpy(np.ascontiguousarray(grid.T)), int(placed)
+    return owner_of(grid), int(placed)

@@ -1,10 +1,17 @@
-"""The policy registry: name -> policy(scenario, run config, device) -> Plan.
+"""The policy registry: name -> Policy, called as policy(scenario, run config,
+device) -> Plan.
 
-Entries import their module lazily, so an optional dependency (OR-Tools for
-`exact`) is needed only when that policy runs.
+A policy never imports another one: where a policy weighs other plans (the
+allocator starts from FIFO's and greedy's, greedy keeps the plain EASY
+backfill's where it is better, exact starts CP-SAT from greedy's), the
+registry hands them over as `rivals` (`rivals(device)`: name -> plan of a
+scenario, each with its default settings). Entries import their module
+lazily, so an optional dependency (OR-Tools for `exact`) is needed only when
+that policy runs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -13,7 +20,38 @@ from gpualloc.config import RunConfig
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
-Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
+Rivals = dict[str, Callable[[Scenario], Plan]]
+
+
+@dataclass
+class Policy:
+    """A registry entry."""
+
+    fn: Callable[[Scenario, RunConfig, torch.device], Plan]
+    online_by_nature: bool = False
+    """Runs unchanged in online mode (it never looks ahead): no rolling horizon."""
+    refuses: Callable[[Scenario], None] | None = None
+    """Raises ScenarioError, before any work, on a scenario it does not model."""
+    keeps_guarantee: bool = True
+    """Its plans meet rule 4 (FIFO's, as PROBLEM.md defines it, need not)."""
+
+    def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+        return self.fn(s, cfg, device)
+
+
+def rivals(device: torch.device | str = "cpu") -> Rivals:
+    """The plans other policies are weighed against, default settings each:
+    fifo, backfill, greedy, and greedy without preemption (`greedy_whole`)."""
+    from gpualloc.config import GreedyConfig
+    from gpualloc.policies.backfill import backfill
+    from gpualloc.policies.fifo import fifo
+    from gpualloc.policies.greedy import greedy
+
+    return {"fifo": lambda s: fifo(s, device=device),
+            "backfill": lambda s: backfill(s),
+            "greedy": lambda s: greedy(s, GreedyConfig(), "cpu", rivals(device)),
+            "greedy_whole": lambda s: greedy(s, GreedyConfig(preempt=False), "cpu",
+                                             rivals(device))}
 
 
 def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
@@ -23,14 +61,14 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.allocator import allocator
-    from gpualloc.memory import fit_grid
+    from gpualloc.policies.allocator.memory import fit_grid
     # Before the grid exists: the representation that fits, or a clear error.
-    return allocator(s, fit_grid(s, cfg.solver, device), device)
+    return allocator(s, fit_grid(s, cfg.solver, device), device, rivals(device))
 
 
 def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.greedy import greedy
-    return greedy(s, cfg.greedy, device)
+    return greedy(s, cfg.greedy, device, rivals(device))
 
 
 def _backfill(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
@@ -40,13 +78,21 @@ def _backfill(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.exact import exact
-    return exact(s, cfg.exact, device, seed=cfg.seed)
+    return exact(s, cfg.exact, device, seed=cfg.seed, rivals=rivals(device))
 
+
+def _refuse_preemptible(s: Scenario) -> None:
+    from gpualloc.policies.exact import refuse_preemptible
+    refuse_preemptible(s)
+
+
+BASELINE = "fifo"
+"""The yardstick of every gain (PROBLEM.md): a run always plans with it, first."""
 
 POLICIES: dict[str, Policy] = {
-    "fifo": _fifo,
-    "allocator": _allocator,
-    "greedy": _greedy,
-    "backfill": _backfill,
-    "exact": _exact,
+    "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False),
+    "allocator": Policy(_allocator),
+    "greedy": Policy(_greedy),
+    "backfill": Policy(_backfill),
+    "exact": Policy(_exact, refuses=_refuse_preemptible),
 }

@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
+from gpualloc.core.easy import easy_pass
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
@@ -30,11 +32,11 @@ from gpualloc.scenario import Scenario
 def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     lay = layout(s)
     fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-    occ = Occupancy(lay, None if fixed is None else fixed.cpu().numpy().T)
+    occ = Occupancy(lay, None if fixed is None else time_major(fixed))
     owner = occ.owner_grid()  # (T, G): fixed cells, then what starts and what is served
-    need = np.maximum(lay.demand - replicas_held(s, owner), 0)  # replicas still wanted
+    need = still_wanted(s, owner)  # (J, T) replicas still wanted
     order = priority_order(s)
-    elastic = [j for j in order if not lay.rigid[j] and not lay.unplaceable[j]]
+    elastic = service_order(s)
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
     for t in range(lay.T):
@@ -43,22 +45,26 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
         fill_elastic(lay, column, owner[t:t + 1], elastic, need[elastic, t:t + 1])
         replica = np.zeros(lay.G + 1, dtype=np.int64)  # prefix sums of GPUs serving replicas at t
         np.cumsum((owner[t] >= 0) & ~occ.busy[t], out=replica[1:])
-        reserved = False
-        for j in [j for j in queue if lay.arrival[j] <= t]:
-            b = lay.blocks(j)
-            k = int(lay.gpus[j])
+
+        def start(j: int) -> bool:  # the lowest free block holding no replica at t
+            b, k = lay.blocks(j), int(lay.gpus[j])
             free = occ.free_at(j, t)
             if free.any():
                 free &= replica[b + k] == replica[b]
-            if free.any():
-                g = int(b[np.nonzero(free)[0][0]])
-                owner[t:t + occ.length(j, t), g:g + k] = j
-                occ.place(j, t, g)
-                queue.remove(j)
-            elif not reserved:
-                reserved = True
-                t0, at = occ.earliest(j, t + 1)
-                if at is not None:
-                    g = int(b[np.nonzero(at)[0][0]])
-                    occ.hold(t0, t0 + occ.length(j, t0), g, k)
-    return Plan(owner=torch.from_numpy(np.ascontiguousarray(owner.T)))
+            if not free.any():
+                return False
+            g = int(b[np.nonzero(free)[0][0]])
+            owner[t:t + occ.length(j, t), g:g + k] = j
+            occ.place(j, t, g)
+            return True
+
+        def reserve(j: int) -> bool:  # the lowest block at the earliest later start
+            t0, at = occ.earliest(j, t + 1)
+            if at is not None:
+                g = int(lay.blocks(j)[np.nonzero(at)[0][0]])
+                occ.hold(t0, t0 + occ.length(j, t0), g, int(lay.gpus[j]))
+            return True  # the head's turn is taken, held or not
+
+        for j in easy_pass([j for j in queue if lay.arrival[j] <= t], start, reserve):
+            queue.remove(j)
+    return Plan(owner=owner_of(owner))

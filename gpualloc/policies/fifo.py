@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from numba import njit
 
+from gpualloc.core import owner_of
 from gpualloc.config import FifoConfig
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
@@ -66,7 +67,7 @@ def fifo(s: Scenario, cfg: FifoConfig | None = None, device: torch.device | str 
     unplaceable = np.zeros(s.J, dtype=np.bool_)
     _run_rigid(queue, lay.arrival, lay.gpus, lay.duration, lay.job_class, lay.class_ptr,
                lay.class_blocks, clear, s.G, s.T, owner, unplaceable)
-    return Plan(owner=torch.from_numpy(np.ascontiguousarray(owner.T)), info={
+    return Plan(owner=owner_of(owner), info={
         "reserved_nodes": int(s.gpu_node[reserved].unique().numel()),
         "fifo_unplaceable": [s.jobs[j].id for j in queue if unplaceable[j]]})
 

@@ -54,50 +54,36 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import fixed_jobs, priority_order, replicas_held
+from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
+                           time_major)
 from gpualloc.core import blocks as kb
+from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
+from gpualloc.core.easy import easy_pass
+from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
+from gpualloc.core.pack import fill_elastic, serve_best_fit
+from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
 
 def greedy(s: Scenario, cfg: GreedyConfig | None = None,
-           device: torch.device | str = "cpu") -> Plan:
+           device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
     """Greedy's plan of `s` (the placement core runs on the CPU whatever `device`
-    says); with `cfg.variants`, the plain EASY backfill's too, the better kept."""
+    says); with `cfg.variants`, the plain EASY backfill's too (`rivals`, from
+    the registry: gpualloc.policies.rivals), the better kept."""
     cfg = cfg or GreedyConfig()
     plan = _Greedy(s, cfg).run()
-    if cfg.variants:
-        from gpualloc.metrics import weighted_throughput
-        from gpualloc.policies.backfill import backfill
-
-        plain = backfill(s)
+    if cfg.variants and rivals and "backfill" in rivals:
+        plain = rivals["backfill"](s)
         if weighted_throughput(s, plain.owner) > weighted_throughput(s, plan.owner):
             plan = Plan(owner=plain.owner, info={**plan.info, "variant": "backfill"})
     return plan
 
 
-# ---- greedy's own keys, compiled ---------------------------------------------------------
-
-@njit(cache=True)
-def _runs_in_nodes(free, gpu_node, node_first, node_end, out):
-    """out[g]: length of the run of free GPUs (inside g's node) holding g."""
-    for n in range(node_first.shape[0]):
-        g = node_first[n]
-        while g < node_end[n]:
-            if not free[g]:
-                out[g] = 0
-                g += 1
-                continue
-            a = g
-            while g < node_end[n] and free[g]:
-                g += 1
-            for x in range(a, g):
-                out[x] = g - a
-
+# ---- greedy's own fit key, compiled ---------------------------------------------------------
 
 @njit(cache=True)
 def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool, pool_gpn, out):
@@ -122,7 +108,7 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         for x in range(a, n):
             node_run[x] = n - a
     run = np.zeros(G, dtype=np.int64)
-    _runs_in_nodes(free, gpu_node, node_first, node_end, run)
+    runs_in_nodes(free, gpu_node, node_first, node_end, run)
     W = G + 1
     for i in range(cand.shape[0]):
         b = cand[i]
@@ -131,56 +117,6 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         scarce = want_cs[b + k] - want_cs[b]
         key = (scarce * W + left) * W + min(node_run[node], G)
         out[i] = (key * W + min(run[b], G)) * W + b
-
-
-@njit(cache=True)
-def _serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
-                    job_class, gpu_node, node_first, node_end, picks, n_picks):
-    """Elastic replicas at one timestep, best fit replica by replica: jobs
-    in order, each on the free block (occ (G,) bool busy) whose GPUs the
-    fewest later jobs can use, then the shortest free run, then the lowest
-    index. Writes picks[i, :n_picks[i]] (first GPUs)."""
-    G = occ.shape[0]
-    E, P = jobs.shape[0], pool_ok.shape[1]
-    run = np.zeros(G, dtype=np.int64)
-    free = np.zeros(G, dtype=np.bool_)
-    want_cs = np.zeros(G + 1, dtype=np.int64)
-    for i in range(E):
-        j = jobs[i]
-        k = gpus[i]
-        pool_want = np.zeros(P, dtype=np.int64)
-        for f in range(i + 1, E):
-            if need[f] > 0:
-                for p in range(P):
-                    pool_want[p] += pool_ok[f, p]
-        for g in range(G):
-            want_cs[g + 1] = want_cs[g] + pool_want[gpu_pool[g]]
-        c = job_class[j]
-        n_picks[i] = 0
-        for _ in range(need[i]):
-            for g in range(G):
-                free[g] = not occ[g]
-            _runs_in_nodes(free, gpu_node, node_first, node_end, run)
-            best, best_s, best_r = -1, 0, 0
-            for x in range(class_ptr[c], class_ptr[c + 1]):
-                b = class_blocks[x]
-                ok = True
-                for g in range(b, b + k):
-                    if occ[g]:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                s = want_cs[b + k] - want_cs[b]
-                r = min(run[b], G)
-                if best < 0 or s < best_s or (s == best_s and r < best_r):
-                    best, best_s, best_r = b, s, r
-            if best < 0:
-                break
-            for g in range(best, best + k):
-                occ[g] = True
-            picks[i, n_picks[i]] = best
-            n_picks[i] += 1
 
 
 # ---- the policy ----------------------------------------------------------------------------
@@ -194,65 +130,29 @@ class _Greedy:
             raise ValueError(f"scenario.fixed is {tuple(s.fixed.shape)}, the scenario needs "
                              f"({G}, {T})")
         fixed = planning_fixed(s)  # decided cells and guaranteed replicas
-        fixed = None if fixed is None else fixed.cpu().numpy().T
+        fixed = None if fixed is None else time_major(fixed)
         # hard: fixed cells, started rigid jobs and the EASY reservation.
         self.hard = Occupancy(lay, fixed, cuttable=cfg.preempt)
         self.length = self.hard.length  # steps j's next segment runs from t
         self.owner = self.hard.owner_grid()  # (T, G) the plan: fixed cells, then what starts
         in_fixed = fixed_jobs(s)
-        # Replicas still wanted once the fixed cells are counted.
-        need = lay.demand.copy()
-        if fixed is not None:
-            need = np.maximum(need - replicas_held(s, fixed), 0)
-        self.need = need  # (J, T)
+        need = self.need = still_wanted(s, fixed)  # (J, T) once the fixed cells serve theirs
         order = priority_order(s)
         self.rank = {j: i for i, j in enumerate(order)}
         self.preempt = cfg.preempt and bool(lay.preemptible.any())
         self.evictions = 0
         ok = ~lay.unplaceable
-        self.elastic = [j for j in order if not lay.rigid[j] and ok[j] and need[j].any()]
+        self.elastic = [j for j in service_order(s) if need[j].any()]
         self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
         self.el = np.array(self.elastic, dtype=np.int64)
         self.el_gpus = lay.gpus[self.el]
         self.el_weight = lay.priority[self.el] * self.el_gpus  # value of one replica-step
         self.weight = lay.priority * lay.gpus
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
-        # The elastic footprint (demand packed highest GPU first around the hard
-        # cells) and the grid a new rigid job must avoid: hard | footprint.
-        self.fp = np.zeros((T, G), dtype=np.bool_)
-        self.fp_served = np.zeros((len(self.elastic), T), dtype=np.int64)
-        self.avoid = self.hard.busy.copy()
-        self.run_avoid = kb.runs_of(self.avoid)
-        self.dirty = (0, T)  # columns whose footprint is stale
+        # The elastic footprint and the grid a new rigid job must avoid (core).
+        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware)
         self.now = 0
-        self.repack_checks = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
-
-    # ---- the footprint ------------------------------------------------------------------
-    def touch(self, lo: int, hi: int) -> None:
-        self.dirty = (min(self.dirty[0], lo), max(self.dirty[1], hi))
-
-    def _changed(self, start: int, end: int, first: int, k: int) -> None:
-        """Hard cells changed in a block: the avoid grid follows; the footprint
-        is stale only where the block meets it (packing is unchanged by losing
-        GPUs it does not use, and the release of a reservation re-packs)."""
-        rows = slice(first, first + k)
-        self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
-        kb.update_runs(self.avoid, self.run_avoid, first, first + k, end)
-
-    def refresh(self, t: int) -> None:
-        """Re-pack the stale footprint columns from t on."""
-        lo, hi = max(self.dirty[0], t), self.dirty[1]
-        self.dirty = (self.lay.T, 0)
-        if lo >= hi:
-            return
-        if self.elastic and self.cfg.demand_aware:
-            free = ~self.hard.busy[lo:hi]  # (C, G)
-            self.fp_served[:, lo:hi] = fill_elastic(self.lay, free, None, self.elastic,
-                                                    self.need[self.el, lo:hi], high=True)
-            self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
-        self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
-        kb.update_columns(self.avoid, self.run_avoid, t, hi)
 
     # ---- rigid jobs -------------------------------------------------------------------
     def want_cs(self, waiting: list[int]) -> np.ndarray:
@@ -275,52 +175,26 @@ class _Greedy:
 
     def free_blocks(self, run: np.ndarray, j: int, t: int) -> np.ndarray:
         """(B,) bool: j's blocks free in `run` for its run from t."""
-        lay = self.lay
-        b = lay.blocks(j)
-        out = np.zeros(len(b), dtype=np.bool_)
-        kb.free_blocks(run, b, int(lay.gpus[j]), t, self.length(j, t), out)
-        return out
+        return self.hard.free_at(j, t, run=run)
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
         self.hard.place(j, t, g)
         self.owner[t:end, g:g + k] = j
-        if self.fp[t:end, g:g + k].any():
-            self.touch(t, end)
-        self._changed(t, end, g, k)
+        self.foot.placed(t, end, g, k)
 
     def value(self, j: int, t: int) -> float:
         """Weighted throughput of rigid job j started at t (cut by the horizon;
         after its restore, for a resumed one)."""
         return float(self.weight[j]) * max(self.length(j, t) - self.hard.restoring(j), 0)
 
-    def losses(self, j: int, t: int, cand: np.ndarray) -> np.ndarray:
-        """(C,) float64: priority-weighted elastic service lost over j's run if
-        it starts at t on each block of cand, the demand re-packed without it."""
-        self.repack_checks += 1
-        k, end = int(self.lay.gpus[j]), t + self.length(j, t)
-        w = self.el_weight
-        base = float((w[:, None] * self.fp_served[:, t:end]).sum())
-        out = np.zeros(len(cand), dtype=np.float64)
-        for i, g in enumerate(cand.tolist()):
-            free = ~self.hard.busy[t:end]  # (L, G)
-            free[:, g:g + k] = False
-            served = fill_elastic(self.lay, free, None, self.elastic, self.need[self.el, t:end],
-                                  high=True)
-            out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
-        return out
-
     def earliest(self, j: int, t: int, run: np.ndarray):
         """Earliest start > t at which some block of j is free in `run`:
         (start, (B,) bool free blocks) or None."""
-        lay = self.lay
-        if t + 1 >= lay.T:
+        if t + 1 >= self.lay.T:
             return None
-        b = lay.blocks(j)
-        out = np.zeros(len(b), dtype=np.bool_)
-        t0 = kb.earliest(run, b, lay.job_block_pool(j), int(lay.gpus[j]), self.hard.steps(j),
-                         t + 1, lay.T, _NO_SHORT, False, out)
-        return None if t0 >= lay.T else (t0, out)
+        t0, out = self.hard.earliest(j, t + 1, run=run)
+        return None if out is None else (t0, out)
 
     def displacing(self, j: int, t: int, want_cs: np.ndarray, later):
         """Best block to start j at t on, among the free blocks that overlap the
@@ -338,29 +212,28 @@ class _Greedy:
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
         free_count = lay.G - self.hard.busy[t:end].sum(1)  # (L,)
-        el_used = (self.fp_served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
+        el_used = (self.foot.served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
         excess = int(np.maximum(el_used - (free_count - k), 0).sum())
         if excess > 0:
             if not cfg.displace:
                 return None
-            bar = self.value(j, t) - self.min_el_priority * float(excess)
-            if bar <= 1e-9 or bar <= later() + 1e-9:
+            if not worth_displacing(self.value(j, t) - self.min_el_priority * float(excess), later):
                 return None
         cand = lay.blocks(j)[hard]
         key = self.fit_key(j, cand, ~self.hard.busy[t], want_cs)
         cand = cand[np.argsort(key, kind="stable")[: cfg.repack_blocks]]  # best fit first
-        loss = self.losses(j, t, cand)
-        if (loss <= 1e-9).any():
-            return int(cand[np.nonzero(loss <= 1e-9)[0][0]])
+        loss = self.foot.loss(t, end, k, cand)
+        if (loss <= EPS).any():
+            return int(cand[np.nonzero(loss <= EPS)[0][0]])
         if not cfg.displace:
             return None
         net = self.value(j, t) - loss
         i = int(np.argmax(net))
-        return int(cand[i]) if net[i] > 1e-9 and net[i] > later() + 1e-9 else None
+        return int(cand[i]) if worth_displacing(float(net[i]), later) else None
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
-        e = self.earliest(j, t, self.run_avoid)
+        e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
     def wait_value(self, j: int, t_safe: int | None) -> float:
@@ -376,11 +249,11 @@ class _Greedy:
 
     def try_start(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
         """Start j at t on its best-fit demand-safe block; False if none."""
-        self.refresh(t)
-        ok = self.free_blocks(self.run_avoid, j, t)
+        self.foot.refresh(t)
+        ok = self.free_blocks(self.foot.run, j, t)
         if ok.any():
             cand = self.lay.blocks(j)[ok]
-            key = self.fit_key(j, cand, ~self.avoid[t], want_cs)
+            key = self.fit_key(j, cand, ~self.foot.avoid[t], want_cs)
             self.start(j, int(cand[np.argmin(key)]), t)
             return True
         if not allow_repack or not self.cfg.demand_aware:
@@ -399,8 +272,8 @@ class _Greedy:
         """EASY: reserve the earliest (time > t, block) at which j could start:
         beside the started jobs and the elastic footprint, or earlier on a
         block the elastic demand re-packs around (or, displacing, gives up)."""
-        self.refresh(t)
-        safe = self.earliest(j, t, self.run_avoid)
+        self.foot.refresh(t)
+        safe = self.earliest(j, t, self.foot.run)
         hard = (self.earliest(j, t, self.hard.run) if allow_repack and self.cfg.demand_aware
                 else None)
         if hard is not None and (safe is None or hard[0] < safe[0]):
@@ -414,7 +287,7 @@ class _Greedy:
             return False
         tr, clear = safe
         cand = self.lay.blocks(j)[clear]
-        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.avoid[tr], want_cs))])
+        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.foot.avoid[tr], want_cs))])
         return self._hold(j, g, tr)
 
     def preempt_for(self, j: int, t: int) -> bool:
@@ -426,23 +299,8 @@ class _Greedy:
                    > int(lay.restart_cost[r])]
         if not victims:
             return False
-        self.refresh(t)
-        k, L = int(lay.gpus[j]), self.length(j, t)
-        at = np.full((L, lay.G), -1, dtype=np.int64)  # the victim holding each cell
-        for r in victims:
-            start, first = int(hard.start[r]), int(hard.first[r])
-            end = min(start + self.length(r, start), t + L)
-            at[:end - t, first:first + int(lay.gpus[r])] = r
-        usable = (~self.avoid[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
-        cs = np.zeros(lay.G + 1, dtype=np.int64)
-        np.cumsum(usable, out=cs[1:])
-        blocks = lay.blocks(j)
-        best, best_cost, best_victims = -1, 0.0, ()
-        for g in blocks[cs[blocks + k] - cs[blocks] == k].tolist():
-            mine = {int(r) for r in np.unique(at[:, g:g + k]) if r >= 0}
-            cost = sum(float(self.weight[r]) for r in mine)
-            if mine and (best < 0 or cost < best_cost):
-                best, best_cost, best_victims = g, cost, tuple(sorted(mine))
+        self.foot.refresh(t)
+        best, best_victims = hard.cheapest_eviction(j, t, victims, self.weight, self.foot.avoid)
         restore = sum(float(self.weight[r]) * int(lay.restart_cost[r]) for r in best_victims)
         if best < 0 or self.value(j, t) <= restore:
             return False
@@ -451,8 +309,8 @@ class _Greedy:
             end, kr = start + self.length(r, start), int(lay.gpus[r])
             hard.cut(r, t)
             self.owner[t:end, first:first + kr] = -1
-            self.touch(t, end)
-            self._changed(t, end, first, kr)
+            self.foot.touch(t, end)
+            self.foot.changed(t, end, first, kr)
             self.queue.append(r)
             self.running_now.remove(r)
             self.evictions += 1
@@ -463,52 +321,47 @@ class _Greedy:
     def _hold(self, j: int, g: int, tr: int) -> bool:
         k, end = int(self.lay.gpus[j]), tr + self.length(j, tr)
         self.hard.hold(tr, end, g, k)
-        if self.fp[tr:end, g:g + k].any():
-            self.touch(tr, end)
-        self._changed(tr, end, g, k)
+        self.foot.placed(tr, end, g, k)
         return True
 
     def schedule_rigid(self, t: int) -> None:
         lay = self.lay
         waiting = [j for j in self.queue if lay.arrival[j] <= t]
         self.waiting_gpus = int(lay.gpus[waiting].sum()) if waiting else 0
-        held = self.hard.held
-        busy_t = self.hard.busy[t].copy()  # GPUs no rigid or fixed cell holds (not the reservation)
-        if held is not None and held[0] <= t < held[1]:
-            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
-        self.free_now = int((~busy_t).sum())
+        self.free_now = int((~self.hard.busy_unheld(t)).sum())
         if not waiting:
             return
         held = self.hard.release()
         if held is not None:  # the last timestep's reservation is recomputed from scratch
             start, end, first, k = held
-            self.touch(start, end)
-            self._changed(start, end, first, k)
-        self.refresh(t)
+            self.foot.touch(start, end)
+            self.foot.changed(start, end, first, k)
+        self.foot.refresh(t)
         want_cs = self.want_cs(waiting)
         # Which jobs have a footprint-free block now (or one free of hard cells).
-        maybe = {j: kb.any_free(self.run_avoid, lay.blocks(j), int(lay.gpus[j]), t,
+        maybe = {j: kb.any_free(self.foot.run, lay.blocks(j), int(lay.gpus[j]), t,
                                 self.length(j, t)) for j in waiting}
         maybe_hard = {j: kb.any_free(self.hard.run, lay.blocks(j), int(lay.gpus[j]), t,
                                      self.length(j, t)) for j in waiting}
-        reserved = not self.cfg.reservation
-        repacks_before = self.repack_checks
+        repacks_before = self.foot.repacks
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
                                 if lay.preemptible[r]]
-        started = set()
-        for j in waiting:
+
+        def start(j: int) -> bool:
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
-                    and self.repack_checks - repacks_before < self.cfg.repack_jobs):
+                    and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
                 ok = self.try_start(j, t, want_cs, allow_repack=True)
             if not ok and self.preempt:
                 ok = self.preempt_for(j, t)
-            if ok:
-                started.add(j)
-            elif not reserved:
-                reserved = self.reserve(
-                    j, t, want_cs, self.repack_checks - repacks_before < self.cfg.repack_jobs)
+            return ok
+
+        def reserve(j: int) -> bool:
+            return self.reserve(j, t, want_cs,
+                                self.foot.repacks - repacks_before < self.cfg.repack_jobs)
+
+        started = set(easy_pass(waiting, start, reserve, held=not self.cfg.reservation))
         if started:
             self.queue = [j for j in self.queue if j not in started]
 
@@ -518,14 +371,11 @@ class _Greedy:
             return
         lay = self.lay
         need = self.need[self.el, t]  # (E,)
-        busy_t = self.hard.busy[t].copy()
-        held = self.hard.held
-        if held is not None and held[0] <= t < held[1]:
-            busy_t[held[2]:held[2] + held[3]] = self.hard.fixed[t, held[2]:held[2] + held[3]] >= 0
+        busy_t = self.hard.busy_unheld(t)  # (G,)
         # Best fit, replica by replica.
         picks = np.zeros((len(self.el), max(int(need.max()), 1)), dtype=np.int64)
         n_picks = np.zeros(len(self.el), dtype=np.int64)
-        _serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
+        serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
                         lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class,
                         lay.gpu_node, lay.node_first, lay.node_end, picks, n_picks)
         fit_value = 0.0
@@ -552,11 +402,9 @@ class _Greedy:
             if self.queue:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
-        owner = torch.from_numpy(np.ascontiguousarray(self.owner.T))
-        info = {"repack_checks": self.repack_checks}
+        owner = owner_of(self.owner)
+        info = {"repack_checks": self.foot.repacks}
         if self.preempt:
             info["evictions"] = self.evictions
         return Plan(owner=owner, info=info)
 
-
-_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)

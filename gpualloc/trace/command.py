@@ -9,12 +9,13 @@ import argparse
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from gpualloc.scenario import (KINDS, MAX_HORIZON, RIGID_KINDS, Job, Pool, Scenario,
-                               ScenarioError, from_dict)
+                               ScenarioError, from_dict, with_min_served, with_preemption)
 from gpualloc.trace.convert import Import, Window, _plain, convert, parse_pool, trace_pools
 from gpualloc.trace.readers import CsvColumns, TraceError, read_alibaba, read_csv, read_nodes
 
@@ -149,7 +150,7 @@ def _priority_opt(v: str) -> float:
 
 def _add_services(result: Import, a: argparse.Namespace) -> Import:
     from gpualloc.config import RealtimeWorkloadConfig
-    from gpualloc.generate import demand_curve
+    from gpualloc.scenario.generate import demand_curve
 
     s = result.scenario
     if not 0 < a.realtime_peak:
@@ -184,16 +185,6 @@ def _min_served(v: str) -> float:
     return f
 
 
-def _guarantee(result: Import, share: float) -> Import:
-    """Every real-time service guaranteed `share` of its demand (rule 4)."""
-    doc = result.scenario.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] == "realtime_inference":
-            job["min_served"] = share
-    return Import(scenario=from_dict(doc), rows=result.rows, counts=result.counts,
-                  services=result.services)
-
-
 def _restart_cost(v: str) -> int:
     try:
         n = int(v)
@@ -202,18 +193,6 @@ def _restart_cost(v: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"{v!r}: must be an integer >= 0 (timesteps)")
     return n
-
-
-def _preempt(result: Import, kinds: list[str], restart_cost: int | None) -> Import:
-    """Every rigid job of `kinds` preemptible (PROBLEM.md), restoring for
-    `restart_cost` timesteps after each preemption (None: 0)."""
-    doc = result.scenario.to_dict()
-    for job in doc["jobs"]:
-        if job["kind"] in kinds:
-            job["preemptible"] = True
-            job["restart_cost"] = restart_cost or 0
-    return Import(scenario=from_dict(doc), rows=result.rows, counts=result.counts,
-                  services=result.services)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -295,9 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"KIND (a restart cost is paid by preemptible jobs only)")
         result = alibaba_command(args) if args.source == "alibaba" else csv_command(args)
         if args.min_served is not None:
-            result = _guarantee(result, args.min_served)
+            result = replace(result, scenario=with_min_served(result.scenario, args.min_served))
         if args.preemptible:
-            result = _preempt(result, args.preemptible, args.restart_cost)
+            result = replace(result, scenario=with_preemption(result.scenario, args.preemptible,
+                                                              args.restart_cost))
         out = Path(args.out)
         if out.suffix not in (".json", ".yaml", ".yml"):
             raise TraceError(f"--out {args.out}: must end in .json, .yaml or .yml")

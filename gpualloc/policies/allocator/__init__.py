@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import replace
 from contextlib import contextmanager
 
 import torch
 
 from gpualloc import progress
-from gpualloc.config import GreedyConfig, SolverConfig
+from gpualloc.config import SolverConfig
 from gpualloc.plan import Plan
 from gpualloc.policies.allocator.relax import relax
 from gpualloc.core import fixed_jobs, priority_order
@@ -51,10 +50,8 @@ from gpualloc.policies.allocator.repair import build, build_parallel
 from gpualloc.policies.allocator.search import improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
-from gpualloc.metrics import useful_of, weighted_throughput
-from gpualloc.policies.fifo import fifo
-from gpualloc.policies.greedy import greedy
-from gpualloc.scenario import Scenario
+from gpualloc.objective import value, weighted_throughput
+from gpualloc.scenario import Scenario, with_cuts
 
 
 @contextmanager
@@ -75,8 +72,12 @@ def _cpu_threads(device: torch.device, n: int):
 
 
 def allocator(s: Scenario, cfg: SolverConfig | None = None,
-              device: torch.device | str = "cpu") -> Plan:
+              device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
+    """`rivals` (gpualloc.policies.rivals): the plans that compete with the
+    repaired ones (fifo's, greedy's whole runs and, with preemptible jobs,
+    greedy's preemption); None: none compete."""
     cfg = cfg or SolverConfig()
+    rivals = rivals or {}
     device = torch.device(device)
     info: dict = {}
     clock = time.perf_counter()
@@ -106,18 +107,18 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         built = {name: build(s, order, cfg.demand_aware, at, cfg.discount) if how == "serial"
                  else build_parallel(s, order, cfg.demand_aware, discount=cfg.discount)
                  for name, (how, order, at) in roundings.items()}
-        if s.fixed is None and not bool((s.min_served > 0).any()):
+        if "fifo" in rivals and s.fixed is None and not bool((s.min_served > 0).any()):
             # FIFO's placement competes too, so the search never starts below
             # the baseline (not under rule 4, which FIFO's plan may break).
-            built["fifo"] = adopt(s, fifo(s, device=device).owner, cfg.discount)
+            built["fifo"] = adopt(s, rivals["fifo"](s).owner, cfg.discount)
         if s.hint is not None:
             # The last replan's plan, grown with the jobs it did not know.
             built["previous"] = adopt(s, s.hint, cfg.discount, complete=True,
                                       demand_aware=cfg.demand_aware)
         reference = None
-        if cfg.start_from_greedy:
+        if cfg.start_from_greedy and "greedy_whole" in rivals:
             # And greedy's: the search starts no lower than the reference.
-            reference = greedy(s, GreedyConfig(preempt=False)).owner
+            reference = rivals["greedy_whole"](s).owner
             built["greedy"] = adopt(s, reference, cfg.discount)
         values = {name: sched.value() for name, sched in built.items()}
         chosen = max(values, key=lambda name: (values[name], "relaxed" in name))
@@ -163,11 +164,12 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             owner, info["returned"] = reference, "greedy's plan"
     info["local_search_s"] = time.perf_counter() - clock
     if cfg.preempt and bool(s.preemptible.any()):
-        owner = _preempt(s, owner, info, cfg)
+        owner = _preempt(s, owner, info, cfg, rivals)
     return Plan(owner=owner, info=info)
 
 
-def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) -> torch.Tensor:
+def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
+             rivals: dict) -> torch.Tensor:
     """Segments where they pay: the plan of whole runs; greedy's plan with
     priority preemption (where greedy's plan competes: cfg.start_from_greedy,
     off online, where greedy's plan of a view wins it too often and loses
@@ -179,21 +181,21 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig) ->
     The first is never below the plan of whole runs."""
     clock = time.perf_counter()
     options = {"whole runs": owner}
-    preemptive = greedy(s, GreedyConfig()).owner
-    if cfg.start_from_greedy:
-        options["greedy's preemption"] = preemptive
-    cuts = _cuts(s, preemptive)
+    cuts = {}
+    if "greedy" in rivals:
+        preemptive = rivals["greedy"](s).owner
+        if cfg.start_from_greedy:
+            options["greedy's preemption"] = preemptive
+        cuts = _cuts(s, preemptive)
     if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
-        options["greedy's cuts"] = _after_cuts(s, cuts, cfg)
+        options["greedy's cuts"] = _after_cuts(s, cuts, cfg, rivals)
     if len(cuts) > 1:
         for j, t in cuts.items():
-            options[f"greedy's cut of {s.jobs[j].id}"] = _after_cuts(s, {j: t}, cfg)
-    weight = (1 - cfg.discount) ** torch.arange(s.T, dtype=torch.float64)
+            options[f"greedy's cut of {s.jobs[j].id}"] = _after_cuts(s, {j: t}, cfg, rivals)
     values = {}
     for name, plan in options.items():
         options[name], _ = fill_segments(s, plan)
-        useful = useful_of(s, options[name]).double()  # (J, T)
-        values[name] = float((s.priority[:, None] * useful * weight).sum())
+        values[name] = value(s, options[name], cfg.discount)
     chosen = max(values, key=lambda name: (values[name], name == "whole runs"))
     info["preemption"] = {"values": values, "chosen": chosen,
                           "seconds": time.perf_counter() - clock}
@@ -214,23 +216,14 @@ def _cuts(s: Scenario, cut: torch.Tensor) -> dict[int, int]:
     return out
 
 
-def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig) -> torch.Tensor:
+def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig,
+                rivals: dict) -> torch.Tensor:
     """The allocator's plan of `s` with these running jobs stopped at these
     steps: their fixed cells end there, and each comes back as a new job
     (its restore and the rest of its run, from the step after) that maps
     back to it."""
-    fixed, jobs = s.fixed.clone(), list(s.jobs)
-    for j, kept in cuts.items():
-        mine = s.fixed == j
-        length = int(mine.any(0).sum())
-        fixed[:, kept:][mine[:, kept:]] = -1
-        job = s.jobs[j]
-        jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
-                            restart_cost=0,
-                            duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
-    view = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
-                    jobs=jobs, fixed=fixed)
-    plan = allocator(view, dataclasses.replace(cfg, preempt=False)).owner
+    plan = allocator(with_cuts(s, cuts), dataclasses.replace(cfg, preempt=False),
+                     rivals=rivals).owner
     for i, j in enumerate(cuts):
         plan[plan == s.J + i] = j
     return plan

@@ -6,7 +6,7 @@ import torch
 from gpualloc import progress
 from gpualloc.config import SolverConfig
 from gpualloc.core.guarantee import planning_fixed
-from gpualloc.metrics import held
+from gpualloc.core import still_wanted, time_major
 from gpualloc.policies.allocator.grid import DTYPES, Grid
 from gpualloc.scenario import Scenario
 
@@ -34,8 +34,8 @@ def relax(s: Scenario, cfg: SolverConfig, device: torch.device, planned: torch.T
     fixed = planning_fixed(s)
     free = (fixed < 0).to(device) if fixed is not None else torch.ones(
         G, T, dtype=torch.bool, device=device)
-    demand = s.demand if fixed is None else (s.demand - held(s, fixed) // s.gpus[:, None]).clamp(
-        min=0)
+    demand = s.demand if fixed is None else torch.from_numpy(
+        still_wanted(s, time_major(fixed)))  # (J, T) what the fixed cells leave
     rigid = s.rigid.to(device)
     k = s.gpus.to(device).float()
     t = torch.arange(T, device=device)

@@ -16,6 +16,7 @@ import heapq
 
 import numpy as np
 
+from gpualloc.core.easy import easy_pass
 from gpualloc.core.schedule import Schedule
 from gpualloc.scenario import Scenario
 
@@ -67,9 +68,9 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
         ghost = None
         failed: dict[int, int] = {}  # class -> shortest run that did not fit (this state)
         displaced = False
-        for j in list(waiting):
-            if free == 0:
-                break
+
+        def start(j: int) -> bool:
+            nonlocal free, displaced
             c, length = job_class[j], sched.length(j, t)
             first = None
             if gpus[j] <= free and length < failed.get(c, 1 << 30):
@@ -81,18 +82,26 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
                     if not displaced and demand_aware:
                         displaced = True
                         first, _ = sched.fits_at(j, t, demand_aware, displace=True)
-            if first is not None:
-                sched.place(j, t, first)
-                waiting.remove(j)
-                free -= int(gpus[j])
-                heapq.heappush(ends, t + length)
+            if first is None:
+                return False
+            sched.place(j, t, first)
+            free -= int(gpus[j])
+            heapq.heappush(ends, t + length)
+            failed.clear()
+            return True
+
+        def hold(j: int) -> bool:
+            nonlocal ghost
+            spot = sched.find(j, t + 1, demand_aware)
+            if spot is not None:
+                ghost = (j, spot[0])
+                sched.hold(j, *spot)
                 failed.clear()
-            elif reserve and ghost is None:
-                spot = sched.find(j, t + 1, demand_aware)
-                if spot is not None:
-                    ghost = (j, spot[0])
-                    sched.hold(j, *spot)
-                    failed.clear()
+            return ghost is not None
+
+        for j in easy_pass(list(waiting), start, hold, held=not reserve,
+                           full=lambda: free == 0):
+            waiting.remove(j)
         if ghost is not None:
             sched.release()
         while ends and ends[0] <= t:

@@ -1,266 +1,28 @@
-"""Online (rolling-horizon) planning: the plan a policy makes when it learns
-about jobs only as they arrive and about real-time demand only as it happens.
-
-    python -m gpualloc.run +scenario=mixed policies=[fifo,allocator] mode=online \\
-        online.forecast=last_day online.replan_every=1
-
-Every `replan_every` timesteps, at the decision time `tau`, the policy (any
-registry policy that honours `Scenario.fixed`) plans a *view*: a scenario
-built only from what is known at `tau`, over the rest of the horizon
-(view timestep 0 is `tau`):
-
-- the jobs that have arrived (`arrival <= tau`), each with arrival 0; rigid
-  jobs that have finished are left out; rigid jobs already running keep their
-  block, as `fixed` cells, with the rest of their run as their duration;
-  durations are cut at the view's end (the same cells and value: the horizon
-  cuts runs anyway);
-- the real-time demand observed at `tau`, then the forecaster's guess for
-  `tau + 1 ..` computed from the observed history only (`oracle` alone is
-  handed the true future; `last_day` repeats the last observed day, `ewma`
-  holds an exponentially weighted level flat).
-
-`visible` and `view` build it from the observation alone, so the planner
-cannot read a job before its arrival, nor (but with `oracle`) demand after
-`tau`: the scenario it gets does not contain them.
-
-Replans come every `replan_every` steps and, with `online.replan_on_arrival`
-(`light` by default), also at each step where a rigid job arrives: the
-window of the plan before ends there. An arrival's replan runs the policy in
-its cheap form where it has one (the allocator: priority-order builds and
-the last plan, no relaxation, `arrival_search_moves` of search).
-
-From the policy's plan, the decisions of the window `[tau, next replan)`
-are executed:
-
-- a rigid job the plan starts inside the window is committed: it runs on
-  that block to its end (never moved); the others go back to the queue and
-  are planned again at the next replan. With `online.commit_at_start` (on by
-  default), a job (not preemptible) the plan starts after tau is decided at
-  its start step, from what is known then: it starts on its planned block
-  (or another free one) where the forecast real-time demand still fits, or
-  where it no longer does, when the replan's objective (discounted) values
-  starting it there now over its earliest start that displaces no demand;
-  else it waits, tried again at each later step of the window. A preemptible job (PROBLEM.md) is
-  committed one segment at a time: while it runs it is in the view as
-  fixed cells the planner may cut (greedy's priority preemption does; the
-  allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
-  there; once stopped, it waits in the view with its remaining progress
-  plus its restore as its duration;
-- between two replans (`online.fill_between`, on by default; with
-  `replan_on_arrival` on, no rigid job arrives between two replans), at each step
-  t a rigid job (not preemptible) that arrived after tau starts at t if a block is free for
-  its whole run, in the executed plan and in the last plan (which holds its
-  placements of waiting jobs), where the forecast real-time demand still
-  fits: a scheduler's backfill pass, decided from what is known at t;
-- real-time capacity reacts to the *actual* demand at each timestep (an
-  autoscaler): a service keeps its planned replicas up to its actual demand
-  (lowest blocks first) and releases the rest; unmet actual demand then takes
-  free compatible GPUs (GPUs no committed rigid job holds), highest priority
-  first (ties: arrival, scenario order), lowest free block first. Services
-  that arrive between two replans are served this way too. The forecast thus
-  shapes where rigid jobs go, not how much real-time traffic is served on
-  GPUs left free.
-
-The result is one plan of the whole scenario; `run` checks it like any other.
-FIFO is online by nature (its queue needs no future) and runs unchanged; note
-that its reservation is sized from the horizon's peak demand, as PROBLEM.md
-defines it.
-"""
+"""The rolling-horizon loop (gpualloc.online): replan, commit, serve between
+replans."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 import torch
 
-from gpualloc.config import FORECASTS, OnlineConfig, RunConfig  # noqa: F401 (re-exported)
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.config import OnlineConfig, RunConfig
+from gpualloc.core import fixed_jobs, priority_order, service_order
+from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
+from gpualloc.core.schedule import Schedule, adopt
+from gpualloc.online.observe import Oracle
+from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
-from gpualloc.policies import POLICIES, Policy
-from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
+from gpualloc.scenario import Scenario, ScenarioError
 
-ONLINE_BY_NATURE = ("fifo",)
-"""Policies that run unchanged in online mode."""
-
-
-def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
-    """The registry policy `name` on `s`, offline or online as `cfg.mode` says
-    (`cfg`'s settings are checked where they are defined: gpualloc.config)."""
-    if cfg.mode == "offline" or name in ONLINE_BY_NATURE:
-        return POLICIES[name](s, cfg, device)
-    return online(s, POLICIES[name], cfg, device, name=name)
-
-
-# ---- what is known at tau ------------------------------------------------------------
-
-@dataclass
-class Observation:
-    """Everything the planner may learn at `tau`, and nothing more."""
-
-    tau: int
-    jobs: list[int]
-    """Scenario indices of the jobs arrived by tau, in scenario order."""
-    known: list[Job]
-    """Those jobs, each an own copy with its demand cut after tau."""
-    history: torch.Tensor
-    """(E, tau + 1) int64: observed demand of the elastic ones among `known`
-    (in their order), zero before arrival."""
-
-
-def visible(s: Scenario, tau: int) -> Observation:
-    """The observation at `tau`: the only place the online loop reads jobs
-    for the planner."""
-    jobs = [j for j in range(s.J) if s.jobs[j].arrival <= tau]
-    known = [replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])
-                     if s.jobs[j].demand is not None else None) for j in jobs]
-    rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]
-    history = torch.stack(rows) if rows else torch.zeros(0, tau + 1, dtype=torch.long)
-    arrivals = torch.tensor([k.arrival for k in known if k.demand is not None], dtype=torch.long)
-    history[torch.arange(tau + 1)[None, :] < arrivals[:, None]] = 0  # before arrival: nothing
-    return Observation(tau=tau, jobs=jobs, known=known, history=history)
-
-
-# ---- forecasts ------------------------------------------------------------------------------
-
-def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
-             step_minutes: float) -> torch.Tensor:
-    """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
-    observed history only (not for oracle: see `Oracle`)."""
-    h = obs.history  # (E, tau + 1)
-    tau = obs.tau
-    arrival = torch.tensor([k.arrival for k in obs.known if k.demand is not None],
-                           dtype=torch.long)  # (E,)
-    if method == "last_day":
-        p = cfg.period_steps or max(1, round(1440 / step_minutes))
-        ahead = torch.arange(1, steps + 1)  # (steps,)
-        # The same time of day on the last observed day.
-        src = tau + ahead - p * torch.div(ahead + p - 1, p, rounding_mode="floor")  # (steps,)
-        guess = h[:, src.clamp(min=0)].double()  # (E, steps)
-        unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
-        guess = torch.where(unseen, h[:, tau:tau + 1].double(), guess)
-    elif method == "ewma":
-        level = h[:, 0].double()
-        for t in range(1, tau + 1):
-            new = cfg.ewma_alpha * h[:, t] + (1 - cfg.ewma_alpha) * level
-            level = torch.where(t > arrival, new, h[:, t].double())  # restarts at arrival
-        guess = level[:, None].expand(-1, steps)
-    else:
-        raise ScenarioError(f"online.forecast={method}: not a forecast from history")
-    return torch.ceil(guess * cfg.headroom - 1e-9).clamp(min=0).long()
-
-
-class Oracle:
-    """The true future demand: the one forecaster handed the scenario."""
-
-    def __init__(self, s: Scenario):
-        self._demand = s.demand  # (J, T)
-
-    def __call__(self, obs: Observation, steps: int) -> torch.Tensor:
-        el = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
-        return self._demand[el, obs.tau + 1: obs.tau + 1 + steps].reshape(len(el), steps)
-
-
-# ---- the view ----------------------------------------------------------------------------
-
-@dataclass
-class Committed:
-    """What has been decided: rigid jobs' starts and blocks, by scenario index."""
-
-    start: dict[int, tuple[int, int]]
-    """job -> (start timestep, first GPU) of its last committed segment."""
-    end: dict[int, int] = field(default_factory=dict)
-    """Preemptible jobs: job -> the end of that segment."""
-    progress: dict[int, int] = field(default_factory=dict)
-    """Preemptible jobs: job -> steps of progress made before tau."""
-
-
-def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
-         step_minutes: float, pools, G: int,
-         expected: list[Job] | None = None) -> tuple[Scenario, list[int]]:
-    """The scenario the planner sees at tau, and view job -> scenario job (IDLE
-    for the `expected` placeholders, appended last). Built from the
-    observation, the forecast and the commitments only."""
-    tau = obs.tau
-    T = horizon - tau
-    jobs, index, fixed_cells = [], [], []
-    e = 0
-    for j, k in zip(obs.jobs, obs.known):
-        if k.demand is not None:
-            demand = [k.demand[tau]] + future[e].tolist()
-            e += 1
-            jobs.append(replace(k, arrival=0, demand=demand))
-        elif j in committed.start and k.preemptible:
-            s0, g0 = committed.start[j]
-            end, made = committed.end[j], committed.progress[j]
-            if made >= k.duration:
-                continue  # done
-            if end > tau:  # running: the rest of its segment, which a plan may cut
-                jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
-                fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
-            else:  # stopped: it restores, then makes the rest of its progress
-                jobs.append(replace(k, arrival=0,
-                                    duration=min(k.restart_cost + k.duration - made, T)))
-        elif j in committed.start:
-            s0, g0 = committed.start[j]
-            end = s0 + k.duration
-            if end <= tau:
-                continue  # finished
-            jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
-            fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
-        else:
-            # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
-            jobs.append(replace(k, arrival=0, duration=min(k.duration, T)))
-        index.append(j)
-    fixed = torch.full((G, T), IDLE, dtype=torch.long)
-    for v, g0, k, length in fixed_cells:
-        fixed[g0:g0 + k, :length] = v
-    for k in expected or []:
-        jobs.append(k)
-        index.append(IDLE)  # a placeholder: no scenario job behind it
-    v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
-                 jobs=jobs, fixed=fixed)
-    return v, index
-
-
-def expected_arrivals(obs: Observation, T: int, period: int) -> list[Job]:
-    """Placeholders for the rigid work expected to arrive after tau, within
-    the view's T steps, from the jobs seen so far only: per kind, the
-    arrival rate (by time of day once a whole period has been seen, else
-    flat), placed where the expected count crosses a whole job, each a copy
-    (size, duration, priority, types) of a seen job of its kind, in an order
-    drawn from tau. View arrivals are >= 1: none is ever started before the
-    next replan can see what really arrived."""
-    tau = obs.tau
-    seen = [k for k in obs.known if k.demand is None]
-    out: list[Job] = []
-    rng = np.random.default_rng(tau)
-    for kind in RIGID_KINDS:
-        mine = [k for k in seen if k.kind == kind]
-        if not mine:
-            continue
-        counts = np.bincount([k.arrival for k in mine], minlength=tau + 1)[:tau + 1]
-        if tau + 1 >= period:  # a daily profile: mean arrivals at each time of day
-            days = np.bincount(np.arange(tau + 1) % period, minlength=period)
-            rate = np.bincount(np.arange(tau + 1) % period, weights=counts,
-                               minlength=period) / np.maximum(days, 1)
-        else:
-            rate = np.full(period, counts.sum() / (tau + 1))
-        protos = [mine[i] for i in rng.permutation(len(mine))]
-        due = 0.0
-        for dt in range(1, T):
-            due += rate[(tau + dt) % period]
-            while due >= 1.0:
-                due -= 1.0
-                p = protos[len(out) % len(protos)]
-                out.append(replace(p, id=f"expected-{len(out)}", arrival=dt,
-                                   duration=min(p.duration, T - dt)))
-    return out
-
+Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
+"""A registry entry (gpualloc.policies) or any function of its signature."""
 
 # ---- the loop -----------------------------------------------------------------------------
 
@@ -268,7 +30,6 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
            name: str = "policy", on_view=None) -> Plan:
     """Rolling-horizon plan of `s` by `policy` (module docstring). `on_view`,
     if given, is called with each (tau, view scenario, view -> scenario index)."""
-    cfg.validate()  # checked when built (gpualloc.config); again, in case it was changed since
     o = cfg.online
     if getattr(cfg, "solver", None) is not None:
         cfg = copy.deepcopy(cfg)
@@ -310,13 +71,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
-        obs = visible(s, tau)
-        steps = s.T - tau - 1
-        future = (oracle(obs, steps) if oracle is not None
-                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
-        expected = (expected_arrivals(obs, s.T - tau, period) if o.arrivals == "history"
-                    else None)
-        v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
+        v, index = view_at(s, tau, o, oracle, committed, period)
         v.hint = _hint(previous, index, tau, s.J)
         if on_view is not None:
             on_view(tau, v, index)
@@ -478,15 +233,11 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                and not bool(s.unplaceable[j])] if o.fill_between else []
         if not now_due and not new and not waiting:
             continue
-        obs = visible(s, t)
-        steps = s.T - t - 1
-        future = (oracle(obs, steps) if oracle is not None
-                  else forecast(o.forecast, obs, steps, o, s.step_minutes))
         now = committed
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
-        v, index = view(obs, future, now, s.T, s.step_minutes, s.pools, s.G)
+        v, index = view_at(s, t, o, oracle, now)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)
@@ -544,7 +295,7 @@ def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
     sched.fill_elastic()
     wait = sched.value()
     sched.restore(before)
-    return planned if now > wait + 1e-9 else None
+    return planned if worth_displacing(now, wait) else None
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:
@@ -579,8 +330,8 @@ def _serve(s, v, index, planned, tau, stop, owner) -> None:
         # The lowest planned blocks, up to demand.
         kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
         unmet[j] -= kept[0]
-    order = priority_order(s, [j for j in range(s.J) if not lay.rigid[j] and lay.arrival[j] < stop
-                               and (unmet[j] > 0).any()])
+    order = service_order(s, [j for j in range(s.J) if lay.arrival[j] < stop
+                              and (unmet[j] > 0).any()])
     # Rule 4 is aimed at: each service's guaranteed replicas (of the actual
     # demand) first, all services in priority order, then the rest.
     kept_all = actual - unmet

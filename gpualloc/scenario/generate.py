@@ -2,10 +2,15 @@
 the same one every time."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from gpualloc.config import GeneratedScenarioConfig, RealtimeWorkloadConfig, RigidWorkloadConfig
 from gpualloc.scenario import Job, Pool, Scenario, check_limits, from_dict
+
+if TYPE_CHECKING:  # the generator reads a config, it does not import one (config/ reads this package)
+    from gpualloc.config import (GeneratedScenarioConfig, RealtimeWorkloadConfig,
+                                 RigidWorkloadConfig)
 
 _PREFIX = {"training": "train", "batch_inference": "batch", "quantization": "quant",
            "realtime_inference": "rt"}
@@ -90,10 +95,8 @@ def _services(rng, w: RealtimeWorkloadConfig, horizon: int, step_minutes: float)
 def generate(cfg: GeneratedScenarioConfig, seed: int) -> Scenario:
     """Draw a scenario. Jobs are listed in arrival order (ties: kind, then index),
     the order a scheduler would have received them."""
-    # Settings (cfg.validate: the config's own rules, again in case cfg was
-    # changed since it was built) and sizes are checked before anything T- or
-    # job-sized is drawn.
-    cfg.validate()
+    # Settings were checked when cfg was built (gpualloc.config); sizes are
+    # checked here, before anything T- or job-sized is drawn.
     hours = cfg.horizon * cfg.step_minutes / 60.0
     expected = sum(w.count if w.rate_per_hour <= 0 else
                    w.rate_per_hour * hours * (w.arrival_window[1] - w.arrival_window[0])

@@ -1,0 +1,99 @@
+"""mode=online: the rolling horizon's settings."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from gpualloc.config.rules import ARRIVAL_REPLANS, ARRIVALS, FORECASTS, Rules
+
+
+# ---- online (rolling-horizon) mode -----------------------------------------------------
+
+@dataclass
+class OnlineConfig:
+    """mode=online: what the planner may know, and how often it replans."""
+
+    replan_every: int = 1
+    """Timesteps between replans (>= 1). A job arriving between two replans
+    waits for the next one; real-time demand is served every step."""
+    forecast: str = "last_day"
+    """oracle | last_day | ewma: where the planner's future real-time demand
+    comes from (oracle: the true future, an upper bound on forecasting)."""
+    ewma_alpha: float = 0.3
+    """ewma: weight of the newest observation in the level, in (0, 1]."""
+    period_steps: Optional[int] = None
+    """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
+    headroom: float = 1.0
+    """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
+    discount: float = 0.05
+    """The allocator's per-step discount in each replan (solver.discount): a
+    plan of the known jobs is indifferent to postponing work the horizon does
+    not cut, but online what it postpones competes with jobs not yet known,
+    so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
+    arrivals: str = "none"
+    """none | history: with history, each replan also plans placeholder jobs
+    for the rigid work it expects to arrive (rates, sizes, durations and
+    priorities per kind from the jobs seen so far, by time of day); they hold
+    capacity in the plan and are never run."""
+    replan_on_arrival: str = "light"
+    """none | light | full: at a step between two replans where a rigid job
+    arrives, the policy plans again from what is known then, and the window
+    ends there (the next periodic replan stays where it was). light: the
+    allocator in its cheap form (priority-order builds and the last plan,
+    no relaxation, arrival_search_moves of search); a policy without one
+    (greedy) plans as at any replan. full: the policy as at any replan.
+    none: the arrival waits for the fill (fill_between) or the next replan.
+    Chosen on tuning seeds 3-16 (replan every 6, 84 runs): the allocator's
+    online gain +47.35% (none) -> +48.47% (light, 2.4 s a run against
+    1.8 s), below greedy (with the same setting) on 5 runs (4 with none);
+    without search at arrivals +48.22%, 12 runs below. Seeds 3-9 only:
+    +49.61% (none), +50.60% (full, 7.4 s a run)."""
+    arrival_search_moves: int = 100
+    """replan_on_arrival=light: the allocator's search moves at an arrival
+    (250 was no better than 100 on tuning seeds 3-16)."""
+    search_moves: int = 500
+    """The allocator's local-search moves per replan, at most (patience a
+    fifth of it; solver.local_search_iters when lower): a replan's plan is
+    kept only until the next one."""
+    fill_between: bool = True
+    """Between replans, start rigid jobs (not preemptible) that arrived since the last one at
+    the first step a block is free for their whole run (in the executed plan
+    and the last plan), where the forecast real-time demand still fits, as a
+    scheduler's backfill pass would (no effect with replan_every=1, nor with replan_on_arrival
+    light or full, where an arrival is a replan). On
+    tuning seeds 3-9 (replan every 6) it raised greedy's and the allocator's
+    online gains by about 1.2-1.4 points each."""
+    commit_at_start: bool = True
+    """A rigid job (not preemptible) that a replan starts after its decision
+    step is decided at its start step, from what is known then: it starts
+    on its planned block (or another free one) where the forecast real-time
+    demand still fits, or where it no longer does, when the replan's
+    discounted objective values starting it there now over its earliest
+    start that displaces no demand; else it waits, tried again at each
+    later step of the window. False: committed at the replan, as planned.
+    Chosen on tuning seeds 3-9 (replan every 6): the allocator's online gain
+    +49.35% -> +49.61%, below greedy (with the same setting) on 1 of 42 runs (2 before). Seeds 0-2:
+    +48.2% -> +48.6% (bench/results/online.md)."""
+    anneal_moves: int = 0
+    """Moves of the allocator's second walk per replan (threshold accepting
+    from the repaired plan, the better plan kept; what
+    solver.local_search_anneal_iters is offline). 0: none. 500 raised the
+    online gain on tuning seeds 3-9 (+48.15% -> +48.48%) but not on seeds
+    0-2 (+47.5% -> +47.4%) and doubles the run (bench/results/online_anneal.md)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, at: str = "online") -> None:
+        r = Rules(self, at)
+        r.number("discount", "[0, 1)")
+        r.number("search_moves", "[0, inf)", integer=True)
+        r.number("anneal_moves", "[0, inf)", integer=True)
+        r.one_of("arrivals", ARRIVALS)
+        r.one_of("replan_on_arrival", ARRIVAL_REPLANS)
+        r.number("arrival_search_moves", "[0, inf)", integer=True)
+        r.number("replan_every", "[1, inf)", integer=True)
+        r.one_of("forecast", FORECASTS)
+        r.number("ewma_alpha", "(0, 1]")
+        r.number("period_steps", "[1, inf)", integer=True, null=True)
+        r.number("headroom", "(0, inf)")

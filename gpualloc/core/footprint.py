@@ -1,0 +1,95 @@
+"""The elastic footprint, and the price of displacing it.
+
+The footprint is the real-time demand still wanted, highest priority first,
+packed highest GPU first around the hard cells (an Occupancy: fixed cells,
+started rigid jobs, the EASY reservation) over the rest of the horizon. A
+rigid job that starts on a block avoiding it (`avoid`: hard | footprint, with
+its free runs) leaves the elastic service untouched; one that starts on it
+displaces what `loss` prices: the priority-weighted service lost when the
+demand is re-packed without that block. Re-packed lazily: columns go stale
+when hard cells change where the footprint lies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpualloc.core import blocks as kb
+from gpualloc.core.layout import Layout
+from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill_elastic
+
+
+class Footprint:
+    def __init__(self, lay: Layout, hard: Occupancy, elastic: list[int], need: np.ndarray,
+                 demand_aware: bool = True):
+        """`elastic`: the services in their order of service; `need` (J, T):
+        replicas each still wants."""
+        T, G = lay.T, lay.G
+        self.lay, self.hard, self.elastic, self.need = lay, hard, elastic, need
+        self.demand_aware = demand_aware
+        self.el = np.array(elastic, dtype=np.int64)
+        self.weight = lay.priority[self.el] * lay.gpus[self.el]  # (E,) value of a replica-step
+        self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
+        self.served = np.zeros((len(elastic), T), dtype=np.int64)  # (E, T) replicas packed
+        self.avoid = hard.busy.copy()  # (T, G) hard | footprint
+        self.run = kb.runs_of(self.avoid)
+        self.dirty = (0, T)  # columns whose footprint is stale
+        self.repacks = 0  # re-packs `loss` has done
+
+    def touch(self, lo: int, hi: int) -> None:
+        self.dirty = (min(self.dirty[0], lo), max(self.dirty[1], hi))
+
+    def changed(self, start: int, end: int, first: int, k: int) -> None:
+        """Hard cells changed in a block: the avoid grid follows; the footprint
+        is stale only where the block meets it (packing is unchanged by losing
+        GPUs it does not use, and the release of a reservation re-packs)."""
+        rows = slice(first, first + k)
+        self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
+        kb.update_runs(self.avoid, self.run, first, first + k, end)
+
+    def placed(self, start: int, end: int, first: int, k: int) -> None:
+        """A block became hard (a start, a reservation)."""
+        if self.fp[start:end, first:first + k].any():
+            self.touch(start, end)
+        self.changed(start, end, first, k)
+
+    def refresh(self, t: int) -> None:
+        """Re-pack the stale footprint columns from t on."""
+        lo, hi = max(self.dirty[0], t), self.dirty[1]
+        self.dirty = (self.lay.T, 0)
+        if lo >= hi:
+            return
+        if self.elastic and self.demand_aware:
+            free = ~self.hard.busy[lo:hi]  # (C, G)
+            self.served[:, lo:hi] = fill_elastic(self.lay, free, None, self.elastic,
+                                                 self.need[self.el, lo:hi], high=True)
+            self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
+        self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
+        kb.update_columns(self.avoid, self.run, t, hi)
+
+    def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
+        """(C,) float64: priority-weighted elastic service lost over [t, end)
+        if a block of k GPUs at each first GPU of cand turns hard, the demand
+        re-packed without it."""
+        self.repacks += 1
+        w = self.weight
+        base = float((w[:, None] * self.served[:, t:end]).sum())
+        out = np.zeros(len(cand), dtype=np.float64)
+        for i, g in enumerate(cand.tolist()):
+            free = ~self.hard.busy[t:end]  # (L, G)
+            free[:, g:g + k] = False
+            served = fill_elastic(self.lay, free, None, self.elastic, self.need[self.el, t:end],
+                                  high=True)
+            out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
+        return out
+
+
+EPS = 1e-9
+
+
+def worth_displacing(net: float, later) -> bool:
+    """The displacement rule: a rigid start that pushes out real-time demand is
+    taken when its value net of the service it displaces (`net`) is positive
+    and beats `later`, the job's value at its earliest start that displaces
+    nothing (0 when it has none; a function is called only when needed)."""
+    return net > EPS and net > (later() if callable(later) else later) + EPS

@@ -1,0 +1,88 @@
+"""Online (rolling-horizon) planning: the plan a policy makes when it learns
+about jobs only as they arrive and about real-time demand only as it happens.
+
+    python -m gpualloc.run +scenario=mixed policies=[fifo,allocator] mode=online \\
+        online.forecast=last_day online.replan_every=1
+
+Every `replan_every` timesteps, at the decision time `tau`, the policy (any
+registry policy that honours `Scenario.fixed`) plans a *view*: a scenario
+built only from what is known at `tau`, over the rest of the horizon
+(view timestep 0 is `tau`):
+
+- the jobs that have arrived (`arrival <= tau`), each with arrival 0; rigid
+  jobs that have finished are left out; rigid jobs already running keep their
+  block, as `fixed` cells, with the rest of their run as their duration;
+  durations are cut at the view's end (the same cells and value: the horizon
+  cuts runs anyway);
+- the real-time demand observed at `tau`, then the forecaster's guess for
+  `tau + 1 ..` computed from the observed history only (`oracle` alone is
+  handed the true future; `last_day` repeats the last observed day, `ewma`
+  holds an exponentially weighted level flat).
+
+`visible` and `view` build it from the observation alone, so the planner
+cannot read a job before its arrival, nor (but with `oracle`) demand after
+`tau`: the scenario it gets does not contain them.
+
+Replans come every `replan_every` steps and, with `online.replan_on_arrival`
+(`light` by default), also at each step where a rigid job arrives: the
+window of the plan before ends there. An arrival's replan runs the policy in
+its cheap form where it has one (the allocator: priority-order builds and
+the last plan, no relaxation, `arrival_search_moves` of search).
+
+From the policy's plan, the decisions of the window `[tau, next replan)`
+are executed:
+
+- a rigid job the plan starts inside the window is committed: it runs on
+  that block to its end (never moved); the others go back to the queue and
+  are planned again at the next replan. With `online.commit_at_start` (on by
+  default), a job (not preemptible) the plan starts after tau is decided at
+  its start step, from what is known then: it starts on its planned block
+  (or another free one) where the forecast real-time demand still fits, or
+  where it no longer does, when the replan's objective (discounted) values
+  starting it there now over its earliest start that displaces no demand;
+  else it waits, tried again at each later step of the window. A preemptible job (PROBLEM.md) is
+  committed one segment at a time: while it runs it is in the view as
+  fixed cells the planner may cut (greedy's priority preemption does; the
+  allocator weighs its own replan after greedy's cuts), and a cut inside the window preempts it
+  there; once stopped, it waits in the view with its remaining progress
+  plus its restore as its duration;
+- between two replans (`online.fill_between`, on by default; with
+  `replan_on_arrival` on, no rigid job arrives between two replans), at each step
+  t a rigid job (not preemptible) that arrived after tau starts at t if a block is free for
+  its whole run, in the executed plan and in the last plan (which holds its
+  placements of waiting jobs), where the forecast real-time demand still
+  fits: a scheduler's backfill pass, decided from what is known at t;
+- real-time capacity reacts to the *actual* demand at each timestep (an
+  autoscaler): a service keeps its planned replicas up to its actual demand
+  (lowest blocks first) and releases the rest; unmet actual demand then takes
+  free compatible GPUs (GPUs no committed rigid job holds), highest priority
+  first (ties: arrival, scenario order), lowest free block first. Services
+  that arrive between two replans are served this way too. The forecast thus
+  shapes where rigid jobs go, not how much real-time traffic is served on
+  GPUs left free.
+
+The result is one plan of the whole scenario; `run` checks it like any other.
+FIFO is online by nature (its queue needs no future) and runs unchanged; note
+that its reservation is sized from the horizon's peak demand, as PROBLEM.md
+defines it.
+"""
+from __future__ import annotations
+
+import torch
+
+from gpualloc.config import FORECASTS, RunConfig  # noqa: F401 (re-exported)
+from gpualloc.online.loop import online
+from gpualloc.online.observe import (Observation, Oracle, expected_arrivals,  # noqa: F401
+                                     forecast, visible)
+from gpualloc.online.view import Committed, view  # noqa: F401
+from gpualloc.plan import Plan
+from gpualloc.policies import POLICIES
+from gpualloc.scenario import Scenario
+
+
+def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+    """The registry policy `name` on `s`, offline or online as `cfg.mode` says
+    (`cfg`'s settings are checked where they are defined: gpualloc.config)."""
+    if cfg.mode == "offline" or POLICIES[name].online_by_nature:
+        return POLICIES[name](s, cfg, device)
+    return online(s, POLICIES[name], cfg, device, name=name)

@@ -1,0 +1,115 @@
+"""What the planner may know at tau: the jobs arrived by then (demand cut
+after tau), the forecast of real-time demand, the arrivals expected from
+history."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from gpualloc.config import OnlineConfig
+from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
+
+# ---- what is known at tau ------------------------------------------------------------
+
+@dataclass
+class Observation:
+    """Everything the planner may learn at `tau`, and nothing more."""
+
+    tau: int
+    jobs: list[int]
+    """Scenario indices of the jobs arrived by tau, in scenario order."""
+    known: list[Job]
+    """Those jobs, each an own copy with its demand cut after tau."""
+    history: torch.Tensor
+    """(E, tau + 1) int64: observed demand of the elastic ones among `known`
+    (in their order), zero before arrival."""
+
+
+def visible(s: Scenario, tau: int) -> Observation:
+    """The observation at `tau`: the only place the online loop reads jobs
+    for the planner."""
+    jobs = [j for j in range(s.J) if s.jobs[j].arrival <= tau]
+    known = [replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])
+                     if s.jobs[j].demand is not None else None) for j in jobs]
+    rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]
+    history = torch.stack(rows) if rows else torch.zeros(0, tau + 1, dtype=torch.long)
+    arrivals = torch.tensor([k.arrival for k in known if k.demand is not None], dtype=torch.long)
+    history[torch.arange(tau + 1)[None, :] < arrivals[:, None]] = 0  # before arrival: nothing
+    return Observation(tau=tau, jobs=jobs, known=known, history=history)
+
+
+# ---- forecasts ------------------------------------------------------------------------------
+
+def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
+             step_minutes: float) -> torch.Tensor:
+    """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
+    observed history only (not for oracle: see `Oracle`)."""
+    h = obs.history  # (E, tau + 1)
+    tau = obs.tau
+    arrival = torch.tensor([k.arrival for k in obs.known if k.demand is not None],
+                           dtype=torch.long)  # (E,)
+    if method == "last_day":
+        p = cfg.period_steps or max(1, round(1440 / step_minutes))
+        ahead = torch.arange(1, steps + 1)  # (steps,)
+        # The same time of day on the last observed day.
+        src = tau + ahead - p * torch.div(ahead + p - 1, p, rounding_mode="floor")  # (steps,)
+        guess = h[:, src.clamp(min=0)].double()  # (E, steps)
+        unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
+        guess = torch.where(unseen, h[:, tau:tau + 1].double(), guess)
+    elif method == "ewma":
+        level = h[:, 0].double()
+        for t in range(1, tau + 1):
+            new = cfg.ewma_alpha * h[:, t] + (1 - cfg.ewma_alpha) * level
+            level = torch.where(t > arrival, new, h[:, t].double())  # restarts at arrival
+        guess = level[:, None].expand(-1, steps)
+    else:
+        raise ScenarioError(f"online.forecast={method}: not a forecast from history")
+    return torch.ceil(guess * cfg.headroom - 1e-9).clamp(min=0).long()
+
+
+class Oracle:
+    """The true future demand: the one forecaster handed the scenario."""
+
+    def __init__(self, s: Scenario):
+        self._demand = s.demand  # (J, T)
+
+    def __call__(self, obs: Observation, steps: int) -> torch.Tensor:
+        el = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
+        return self._demand[el, obs.tau + 1: obs.tau + 1 + steps].reshape(len(el), steps)
+
+
+def expected_arrivals(obs: Observation, T: int, period: int) -> list[Job]:
+    """Placeholders for the rigid work expected to arrive after tau, within
+    the view's T steps, from the jobs seen so far only: per kind, the
+    arrival rate (by time of day once a whole period has been seen, else
+    flat), placed where the expected count crosses a whole job, each a copy
+    (size, duration, priority, types) of a seen job of its kind, in an order
+    drawn from tau. View arrivals are >= 1: none is ever started before the
+    next replan can see what really arrived."""
+    tau = obs.tau
+    seen = [k for k in obs.known if k.demand is None]
+    out: list[Job] = []
+    rng = np.random.default_rng(tau)
+    for kind in RIGID_KINDS:
+        mine = [k for k in seen if k.kind == kind]
+        if not mine:
+            continue
+        counts = np.bincount([k.arrival for k in mine], minlength=tau + 1)[:tau + 1]
+        if tau + 1 >= period:  # a daily profile: mean arrivals at each time of day
+            days = np.bincount(np.arange(tau + 1) % period, minlength=period)
+            rate = np.bincount(np.arange(tau + 1) % period, weights=counts,
+                               minlength=period) / np.maximum(days, 1)
+        else:
+            rate = np.full(period, counts.sum() / (tau + 1))
+        protos = [mine[i] for i in rng.permutation(len(mine))]
+        due = 0.0
+        for dt in range(1, T):
+            due += rate[(tau + dt) % period]
+            while due >= 1.0:
+                due -= 1.0
+                p = protos[len(out) % len(protos)]
+                out.append(replace(p, id=f"expected-{len(out)}", arrival=dt,
+                                   duration=min(p.duration, T - dt)))
+    return out

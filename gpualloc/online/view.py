@@ -1,0 +1,88 @@
+"""The view a replan plans: what is known and forecast at tau, with the cells
+committed before it fixed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from gpualloc.config import OnlineConfig
+from gpualloc.online.observe import Observation, expected_arrivals, forecast, visible
+from gpualloc.plan import IDLE
+from gpualloc.scenario import Job, Scenario
+
+# ---- the view ----------------------------------------------------------------------------
+
+@dataclass
+class Committed:
+    """What has been decided: rigid jobs' starts and blocks, by scenario index."""
+
+    start: dict[int, tuple[int, int]]
+    """job -> (start timestep, first GPU) of its last committed segment."""
+    end: dict[int, int] = field(default_factory=dict)
+    """Preemptible jobs: job -> the end of that segment."""
+    progress: dict[int, int] = field(default_factory=dict)
+    """Preemptible jobs: job -> steps of progress made before tau."""
+
+
+def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
+         step_minutes: float, pools, G: int,
+         expected: list[Job] | None = None) -> tuple[Scenario, list[int]]:
+    """The scenario the planner sees at tau, and view job -> scenario job (IDLE
+    for the `expected` placeholders, appended last). Built from the
+    observation, the forecast and the commitments only."""
+    tau = obs.tau
+    T = horizon - tau
+    jobs, index, fixed_cells = [], [], []
+    e = 0
+    for j, k in zip(obs.jobs, obs.known):
+        if k.demand is not None:
+            demand = [k.demand[tau]] + future[e].tolist()
+            e += 1
+            jobs.append(replace(k, arrival=0, demand=demand))
+        elif j in committed.start and k.preemptible:
+            s0, g0 = committed.start[j]
+            end, made = committed.end[j], committed.progress[j]
+            if made >= k.duration:
+                continue  # done
+            if end > tau:  # running: the rest of its segment, which a plan may cut
+                jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
+                fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
+            else:  # stopped: it restores, then makes the rest of its progress
+                jobs.append(replace(k, arrival=0,
+                                    duration=min(k.restart_cost + k.duration - made, T)))
+        elif j in committed.start:
+            s0, g0 = committed.start[j]
+            end = s0 + k.duration
+            if end <= tau:
+                continue  # finished
+            jobs.append(replace(k, arrival=0, duration=min(end, horizon) - tau))
+            fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
+        else:
+            # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
+            jobs.append(replace(k, arrival=0, duration=min(k.duration, T)))
+        index.append(j)
+    fixed = torch.full((G, T), IDLE, dtype=torch.long)
+    for v, g0, k, length in fixed_cells:
+        fixed[g0:g0 + k, :length] = v
+    for k in expected or []:
+        jobs.append(k)
+        index.append(IDLE)  # a placeholder: no scenario job behind it
+    v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
+                 jobs=jobs, fixed=fixed)
+    return v, index
+
+
+def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
+            period: int | None = None) -> tuple[Scenario, list[int]]:
+    """The view of `s` a plan made at t sees: what is known then, the forecast
+    (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
+    with `period` and online.arrivals=history, the arrivals expected too.
+    Returns the view and its jobs' scenario indices (`view`)."""
+    obs = visible(s, t)
+    steps = s.T - t - 1
+    future = (oracle(obs, steps) if oracle is not None
+              else forecast(o.forecast, obs, steps, o, s.step_minutes))
+    expected = (expected_arrivals(obs, s.T - t, period)
+                if period is not None and o.arrivals == "history" else None)
+    return view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
