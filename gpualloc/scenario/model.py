@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import torch
 import yaml
 
 from gpualloc.files import atomic_write_text
+from gpualloc.lazy import LazyModule
+
+# The derived arrays are tensors; reading, checking and writing a scenario file is not.
+torch = LazyModule("torch")
 
 RIGID_KINDS = ("training", "batch_inference", "quantization")
 ELASTIC_KINDS = ("realtime_inference",)
@@ -292,9 +295,9 @@ class Scenario:
     @cached_property
     def offered_load(self) -> float:
         """(rigid gpus x duration + elastic demand x gpus) / (G x T)."""
-        rigid = float((self.gpus * self.duration)[self.rigid].sum())
-        elastic = float((self.demand.sum(1) * self.gpus).sum())
-        return (rigid + elastic) / (self.G * self.T)
+        rigid = sum(j.gpus * j.duration for j in self.jobs if j.rigid)
+        elastic = sum(sum(j.demand) * j.gpus for j in self.jobs if not j.rigid)
+        return float(rigid + elastic) / (self.G * self.T)
 
     def peak_elastic_gpus(self) -> int:
         """max_t sum_j demand_j(t) * gpus_j over elastic jobs."""
