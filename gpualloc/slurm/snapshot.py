@@ -239,6 +239,12 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                     _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                            report, tag, step_s, now)
                 continue
+            if j.node_count > 1 and j.gpus_per_node and any(
+                    j.gpus_per_node != per_node[i] for i in range(len(per_node))
+                    if node_type[i] == (j.gpu_type or node_type[i])):
+                report.append(f"{tag}: {j.node_count} nodes of {j.gpus_per_node} GPUs each: "
+                              f"a block larger than a node is whole nodes (PROBLEM.md): left out")
+                continue
             dur = duration_steps(j, step_s)
             if dur is None:
                 report.append(f"{tag}: no time limit and no runtime= or duration= hint: left out")
