@@ -73,6 +73,18 @@ def test_snapshot_of_plain_sbatch_jobs(tmp_path):
         cancel(slurm, ids)
 
 
+def executed_plan(slurm, tmp_path, s, since, step, rec):
+    """`executed` (the command) on what ran since `since`: the plan it writes."""
+    scen = tmp_path / "scenario.json"
+    s.save(scen)
+    out = tmp_path / "plan.json"
+    p = run_cli("executed", "--scenario", str(scen), "--since", f"{since:.3f}",
+                "--step-seconds", str(step), "--nodes", "n[1-8]", "--recorded", str(rec),
+                "-o", str(out), slurm=slurm)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return load_plan(out, s)[1]
+
+
 def _scenario(t, T=6):
     jobs = [("a", 4, 2), ("b", 8, 1), ("c", 16, 2), ("d", 2, 1), ("e", 6, 3)]
     return from_dict({
@@ -107,14 +119,7 @@ def test_executed_of_plain_sbatch_jobs(tmp_path):
         done = wait_done(slurm, ids)
         assert all(j.state == "COMPLETED" for j in done), [(j.id, j.state) for j in done]
         assert set(seen) == set(ids)  # every job's GPU indices recorded while it ran
-        out = tmp_path / "plan.json"
-        scen = tmp_path / "scenario.json"
-        s.save(scen)
-        p = run_cli("executed", "--scenario", str(scen), "--since", f"{since:.3f}",
-                    "--step-seconds", str(step), "--nodes", "n[1-8]", "--recorded", str(rec),
-                    "-o", str(out), slurm=slurm)
-        assert p.returncode == 0, p.stdout + p.stderr
-        _, owner = load_plan(out, s)
+        owner = executed_plan(slurm, tmp_path, s, since, step, rec)
         assert check(s, owner).ok
         m = metrics(s, owner)
         assert m["jobs_completed"] == 5
@@ -179,14 +184,7 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert all(j.state == "COMPLETED" for j in done), [(j.id, j.state, j.reason) for j in done]
         replicas = [j for j in slurm.jobs() if j.name == chat.id]
         wait_done(slurm, [j.id for j in replicas])
-        scen = tmp_path / "scenario.json"
-        s.save(scen)
-        out = tmp_path / "plan.json"
-        p = run_cli("executed", "--scenario", str(scen), "--since", f"{since:.3f}",
-                    "--step-seconds", str(step), "--nodes", "n[1-8]", "--recorded", str(rec),
-                    "-o", str(out), slurm=slurm)
-        assert p.returncode == 0, p.stdout + p.stderr
-        _, owner = load_plan(out, s)
+        owner = executed_plan(slurm, tmp_path, s, since, step, rec)
         assert check(s, owner).ok_but_guarantee
         m = metrics(s, owner)
         # Each rigid job ran once (one Slurm job each, none requeued) and to its end.
