@@ -182,8 +182,9 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert "not done" not in log, log
         done = wait_done(slurm, ids, timeout=60)
         assert all(j.state == "COMPLETED" for j in done), [(j.id, j.state, j.reason) for j in done]
-        replicas = [j for j in slurm.jobs() if j.name == chat.id]
-        wait_done(slurm, [j.id for j in replicas])
+        replicas = [j.id for j in slurm.jobs() if j.name == chat.id]
+        cancel(slurm, replicas)  # a service's replicas run until the demand falls
+        wait_done(slurm, replicas)
         owner = executed_plan(slurm, tmp_path, s, since, step, rec)
         assert check(s, owner).ok_but_guarantee
         m = metrics(s, owner)
@@ -191,4 +192,4 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert m["jobs_started"] == len(ids) and m["jobs_completed"] >= len(ids) - 2
         assert m["replicas_served"] > 0
     finally:
-        cancel(slurm, ids)
+        cancel(slurm, ids + [j.id for j in slurm.jobs() if j.name == chat.id])

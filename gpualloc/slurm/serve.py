@@ -11,13 +11,15 @@ where they run), plans with the policy, and for the plan's first step:
 
 - a held job the plan starts now is pinned to its planned nodes
   (`scontrol update JobId=.. NodeList=..`), then released;
-- a real-time service (`--demand`) gets one replica job per replica the
-  plan gives it now, on the planned node (`sbatch -w NODE`), lasting one
-  step; replicas still running count;
+- a real-time service (`--demand`) keeps replica jobs (its own, tagged
+  `gpualloc=replica` in their comment) up to the demand of the step: a
+  new one on the planned node for each replica the plan adds
+  (`sbatch -w NODE`), and those above the demand cancelled (pending ones
+  first, then the newest);
 - a running job marked `preemptible=1` in its comment that the plan cuts is
   requeued held (`scontrol requeuehold`), to be released again later.
 
-It never cancels a job. A job it cannot place stays held. Killed and
+It never cancels a job but its own replicas. A job it cannot place stays held. Killed and
 restarted with the same `--since`, it rebuilds everything from Slurm (a
 released job is no longer held, so none starts twice). Pending jobs that
 are not held are Slurm's own: left to it. `--dry-run` prints the actions
@@ -47,13 +49,15 @@ def add_options(p) -> None:
                                    "same value to a restarted serve")
     p.add_argument("--steps", type=int, help="stop after this step (default: never)")
     p.add_argument("--until-idle", action="store_true",
-                   help="stop when no job is held, pending or running")
+                   help="stop when no job is held, pending or running (replicas aside)")
     p.add_argument("--lead-seconds", type=float, default=0.5,
                    help="act this long before each step boundary (Slurm starts a released "
                         "job within about a second)")
     p.add_argument("--recorded", help="keep running jobs' GPU indices here (for `executed`)")
     p.add_argument("--replica-command", default="sleep {seconds}",
-                   help="what a replica job runs ({seconds}: until just before its step ends)")
+                   help="what a replica job runs ({seconds}: its time limit)")
+    p.add_argument("--replica-minutes", type=int, default=1440,
+                   help="time limit of a replica job (it runs until the demand falls)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the actions, take none")
     p.add_argument("--quiet", action="store_true")
@@ -66,11 +70,14 @@ class Actions:
     replicas: list[tuple[str, str, int, str | None]] = field(default_factory=list)
     """(service, node, GPUs, GPU type)"""
     requeue: list[int] = field(default_factory=list)
+    cancel: list[int] = field(default_factory=list)
+    """Replica jobs of gpualloc's own above the demand."""
 
     def lines(self) -> list[str]:
         return ([f"release job {j} on {','.join(n)}" for j, n in self.release]
                 + [f"replica of {s} on {n} ({g} GPUs)" for s, n, g, _ in self.replicas]
-                + [f"requeue held job {j}" for j in self.requeue])
+                + [f"requeue held job {j}" for j in self.requeue]
+                + [f"cancel replica job {j} (above demand)" for j in self.cancel])
 
 
 def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
@@ -107,25 +114,27 @@ def decide(snap, plan: torch.Tensor) -> Actions:
     return acts
 
 
-def act(slurm: Slurm, acts: Actions, step_s: float, lead: float, command: str) -> list[str]:
+def act(slurm: Slurm, acts: Actions, a) -> list[str]:
     """Take the actions; returns what failed (one line each). A job Slurm
     refuses to pin or release stays held."""
     failed = []
+    try:
+        slurm.cancel(acts.cancel)
+    except Exception as e:  # noqa: BLE001 - SlurmUnreachable, reported, the loop goes on
+        failed.append(f"cancel replicas: {e}")
     for j, nodes in acts.release:
         try:
             slurm.pin(j, nodes)
             slurm.release([j])
-        except Exception as e:  # noqa: BLE001 - SlurmUnreachable, reported, the loop goes on
+        except Exception as e:  # noqa: BLE001
             failed.append(f"job {j}: {e}")
     for svc, node, gpus, gtype in acts.replicas:
-        # Ends a second before the next step's actions: a replica of the next
-        # step is then never mistaken for this one.
-        seconds = max(1.0, round(step_s - 1.0, 1))
         gres = f"gpu:{gtype}:{gpus}" if gtype else f"gpu:{gpus}"
         try:
-            slurm.sbatch(["-J", svc, "--comment", f"service={svc} {REPLICA_TAG} runtime={seconds}s", "-w", node,
-                          f"--gres={gres}", "-t", str(max(1, -(-int(seconds) // 60))),
-                          "-o", "/dev/null", "--wrap", command.format(seconds=seconds)])
+            slurm.sbatch(["-J", svc, "--comment", f"service={svc} {REPLICA_TAG} duration=1",
+                          "-w", node, f"--gres={gres}", "-t", str(a.replica_minutes),
+                          "-o", "/dev/null", "-e", "/dev/null",
+                          "--wrap", a.replica_command.format(seconds=60 * a.replica_minutes)])
         except Exception as e:  # noqa: BLE001
             failed.append(f"replica of {svc}: {e}")
     for j in acts.requeue:
@@ -136,6 +145,19 @@ def act(slurm: Slurm, acts: Actions, step_s: float, lead: float, command: str) -
     return failed
 
 
+def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int) -> list[int]:
+    """gpualloc's own replica jobs to cancel at `step`: every pending one (it
+    did not start where the plan put it; the plan places it again), and the
+    newest running ones above the step's demand."""
+    out = [j.id for j in jobs if REPLICA_TAG in j.comment and j.state == "PENDING"]
+    for d in demand or []:
+        mine = sorted((j for j in jobs if REPLICA_TAG in j.comment and j.state == "RUNNING"
+                       and j.hints.get("service") == d["id"]), key=lambda j: j.id)
+        want = d["demand"][step] if step < len(d["demand"]) else (d["demand"] or [0])[-1]
+        out += [j.id for j in mine[want:]]
+    return out
+
+
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
               demand: list[dict] | None):
     """One step: snapshot, plan, decide. Returns (snapshot, plan, actions, jobs)."""
@@ -143,16 +165,13 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
     nodes = slurm.nodes()
     if demand is not None:  # the curves from this step on
         o.demand = [{**d, "demand": list(d["demand"][step:]) or [0]} for d in demand]
-    view_jobs = [j for j in managed(jobs) if REPLICA_TAG not in j.comment or (
-        j.state == "RUNNING" and (j.start or now) + _runtime(j) > now + 0.5)]
+    drop = surplus(jobs, demand, step)
+    view_jobs = [j for j in managed(jobs) if j.id not in drop]
     snap = build(nodes, view_jobs, o, now)
     plan = bridge.plan_now(snap.scenario, policy, cfg)
-    return snap, plan, decide(snap, plan), jobs
-
-
-def _runtime(j: SlurmJob) -> float:
-    from gpualloc.slurm.snapshot import expected_seconds
-    return expected_seconds(j) or 0.0
+    acts = decide(snap, plan)
+    acts.cancel = drop
+    return snap, plan, acts, jobs
 
 
 def main(a) -> int:
@@ -183,16 +202,17 @@ def main(a) -> int:
             for line in acts.lines():
                 print(f"step {step}: {line}")
         else:
-            for line in act(slurm, acts, step_s, a.lead_seconds, a.replica_command):
+            for line in act(slurm, acts, a):
                 print(f"step {step}: not done: {line}")
         if not a.quiet:
             held = sum(1 for j in jobs if j.held)
-            print(f"step {step}: {len(acts.release)} released, {len(acts.replicas)} replicas, "
+            print(f"step {step}: {len(acts.release)} released, {len(acts.replicas)} replicas "
+                  f"started, {len(acts.cancel)} cancelled, "
                   f"{len(acts.requeue)} requeued, {held} held before", flush=True)
         if a.dry_run and a.steps is None:
             break  # a dry run shows one step
-        if a.until_idle and not any(j.state in ("PENDING", "RUNNING") for j in jobs) \
-                and not acts.replicas and not acts.release:
+        if a.until_idle and not acts.release and not any(
+                j.state in ("PENDING", "RUNNING") and REPLICA_TAG not in j.comment for j in jobs):
             break
         step += 1
     return 0
