@@ -3,6 +3,7 @@ submitted with plain `sbatch` (not through gpualloc). Marked `slurm`."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_executed_of_plain_sbatch_jobs(tmp_path):
     t = tag()
     s = _scenario(t)
     step = 3.0
-    since = time.time() + 1.5
+    since = float(math.ceil(time.time() + 1.5))  # whole seconds, as Slurm records times
     ids = [submit(slurm, j, 8, since, step, held=True) for j in s.jobs]
     seen = {}
     rec = tmp_path / "gpus.jsonl"
@@ -158,7 +159,7 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
     t = tag()
     s = _contended(t)
     step = 3.0
-    since = time.time() + 15  # after the first plan compiles the placement core
+    since = float(math.ceil(time.time() + 15))  # after the first plan compiles the core
     ids = [submit(slurm, j, 8, since, step, held=True) for j in s.jobs if j.rigid]
     chat = s.jobs[-1]
     demand = tmp_path / "demand.json"

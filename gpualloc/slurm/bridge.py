@@ -19,7 +19,7 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
            "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "simulate_online",
-           "fifo_plan", "SERVE_POLICIES"]
+           "policy_plan", "SERVE_POLICIES"]
 
 SERVE_POLICIES = ("greedy", "allocator")
 
@@ -47,10 +47,14 @@ def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:
     from gpualloc.online import online
     cfg = copy.deepcopy(RunConfig(device="cpu", seed=seed, mode="online"))
     cfg.solver.time_limit_s = None
+    cfg.solver.progress = False
+    cfg.online.forecast = "oracle"  # serve reads the demand curves from its --demand file
     return online(s, POLICIES[policy], cfg, "cpu", name=policy).owner
 
 
-def fifo_plan(s: Scenario) -> torch.Tensor:
-    """(G, T) PROBLEM.md's FIFO plan of `s`."""
-    cfg = RunConfig(device="cpu")
-    return POLICIES["fifo"](s, cfg, torch.device("cpu")).owner
+def policy_plan(s: Scenario, name: str, seed: int = 0) -> torch.Tensor:
+    """(G, T) the offline plan of registry policy `name` (e.g. backfill: the
+    simulation Slurm's own backfill is held to)."""
+    cfg = RunConfig(device="cpu", seed=seed)
+    cfg.solver.progress = False
+    return POLICIES[name](s, cfg, torch.device("cpu")).owner

@@ -27,6 +27,7 @@ instead of taking them.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -186,7 +187,7 @@ def main(a) -> int:
     # Slurm unreachable or a bad option: one line, exit 2, before anything.
     # The first plan compiles the placement core: done before the clock starts.
     step_once(slurm, o, a.policy, cfg, time.time(), 0, demand)
-    since = epoch(a.since) if a.since else time.time()
+    since = epoch(a.since) if a.since else float(math.ceil(time.time()))  # Slurm's whole seconds
     print(f"serve: since {since:.3f}, steps of {step_s:g} s, policy {a.policy}"
           f"{', dry run' if a.dry_run else ''}", flush=True)
     step = max(0, int((time.time() - since) // step_s))

@@ -16,7 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     since, step, duration = float(args[0]), float(args[1]), int(args[2])
     margin = float(args[3]) if len(args) > 3 else 0.4
     now = time.time()
-    start = round((now - since) / step)
+    # Slurm records whole seconds (its start time is this second, cut):
+    # the step is counted as `executed` will count it.
+    start = round((int(now) - since) / step)
     time.sleep(max(0.0, since + (start + duration) * step - margin - now))
     return 0
 
