@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ import numpy as np
 
 from bench.common import ROOT, provenance, write_results
 from gpualloc.slurm import bridge, lab
-from gpualloc.slurm.client import Slurm
+from gpualloc.slurm.client import Slurm, SlurmUnreachable
 from gpualloc.slurm.executed import executed, record_once
 from gpualloc.slurm.workload import submit
 
@@ -121,6 +122,7 @@ class Autoscaler:
 def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
     d = root / way
     lab.down(d)
+    shutil.rmtree(d, ignore_errors=True)  # a fresh cluster: no job or reservation of a last run
     shape = lab.Shape(port=PORT, scheduler="sched/builtin" if way == "fifo" else "sched/backfill")
     lab.up(d, shape)
     slurm = Slurm(str(d / "slurm.conf"))
@@ -276,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         for way in ways:
             result["ways"][way] = run_way(way, s, step_s, a.lab, a.seed,
                                           lambda m: print(m, file=sys.stderr, flush=True))
-    except lab.LabError as e:
+    except (lab.LabError, SlurmUnreachable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
