@@ -193,3 +193,39 @@ def test_unreachable_controller_is_an_error():
     `errors` entry when the controller does not answer."""
     with pytest.raises(SlurmReadError, match="slurm_load_jobs"):
         read.squeue((DATA / "squeue_unreachable_22.05.json").read_text())
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "gpualloc.slurm", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_snapshot_from_saved_outputs(tmp_path):
+    """snapshot reads saved squeue/sinfo outputs as it reads Slurm's."""
+    from gpualloc.scenario import load
+    out = tmp_path / "s.json"
+    p = _cli("snapshot", "--squeue-json", str(DATA / "squeue_22.05.json"), "--sinfo-json",
+             str(DATA / "sinfo_22.05.json"), "--now", "1796128100", "--step-minutes", "0.5",
+             "--horizon", "8", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    s = load(out)
+    ids = {j.id: j for j in s.jobs}
+    assert ids["train-0"].priority == 3 and ids["train-0"].kind == "training"
+    assert ids["chat"].kind == "realtime_inference" and ids["chat"].demand == [2] * 8
+    assert ids["q-1"].duration == 3 and ids["q-1"].kind == "quantization"  # 90 s, steps of 30 s
+    assert "big" in ids and ids["big"].gpus == 64 and "small" not in ids  # completed: gone
+    fixed = json.loads((tmp_path / "s.fixed.json").read_text())
+    assert fixed["slurm_jobs"][list(ids).index("chat")] == [4, 5]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 500, 4000, len(SQUEUE) - 2])
+def test_cli_on_truncated_output_is_one_line(tmp_path, cut):
+    bad = tmp_path / "squeue.json"
+    bad.write_text(SQUEUE[:cut])
+    out = tmp_path / "s.json"
+    p = _cli("snapshot", "--squeue-json", str(bad), "--sinfo-json",
+             str(DATA / "sinfo_22.05.json"), "-o", str(out))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "squeue --json" in p.stderr
+    assert "Traceback" not in p.stderr and not out.exists()

@@ -54,7 +54,7 @@ def epoch(text: str) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise UsageError(f"--since {text!r}: epoch seconds or an ISO time "
+        raise UsageError(f"{text!r}: a time is epoch seconds or an ISO time "
                          f"(2026-12-01T12:28:04)") from None
 
 
@@ -118,12 +118,31 @@ def snapshot_options(a):
                    slurm_priority=a.slurm_priority, memory_gb=mem, demand=_demand(a.demand))
 
 
+def _read_state(a, slurm: Slurm, nodes: bool = True):
+    """(nodes, jobs) from the live cluster, or from saved `sinfo --json` /
+    `squeue --json` outputs (--sinfo-json, --squeue-json)."""
+    from gpualloc.slurm import read
+    jobs = (read.squeue(Path(a.squeue_json).read_bytes()) if a.squeue_json else slurm.jobs())
+    if not nodes:
+        return None, jobs
+    return (read.sinfo(Path(a.sinfo_json).read_bytes()) if a.sinfo_json else slurm.nodes()), jobs
+
+
+def add_saved_options(p: argparse.ArgumentParser, nodes: bool = True) -> None:
+    p.add_argument("--squeue-json", metavar="FILE",
+                   help="read the jobs from this saved `squeue --json` output, not from Slurm")
+    if nodes:
+        p.add_argument("--sinfo-json", metavar="FILE",
+                       help="read the nodes from this saved `sinfo --json` output")
+
+
 def cmd_snapshot(a) -> int:
     from gpualloc.slurm.snapshot import build, to_dict
     o = snapshot_options(a)
     slurm = Slurm(a.slurm_conf)
-    now = time.time()
-    snap = build(slurm.nodes(), slurm.jobs(), o, now)
+    now = epoch(a.now) if a.now else time.time()
+    nodes, jobs = _read_state(a, slurm)
+    snap = build(nodes, jobs, o, now)
     scen, fixed = to_dict(snap)
     fixed["since"] = now
     out = Path(a.output)
@@ -171,7 +190,8 @@ def cmd_executed(a) -> int:
         nodes = hostlist(a.nodes)
     else:
         nodes = [n.name for n in slurm.nodes() if n.gpus > 0 and n.usable]
-    ex = executed(s, slurm.jobs(), nodes, epoch(a.since), step_s, load_recorded(a.recorded))
+    ex = executed(s, _read_state(a, slurm, nodes=False)[1], nodes, epoch(a.since), step_s,
+                  load_recorded(a.recorded))
     verdict = bridge.check(s, ex.owner)
     bridge.save_plan(a.output, s, "slurm", ex.owner)
     m = bridge.metrics(s, ex.owner)
@@ -199,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--fixed", help="where the running jobs' cells go (a plan file; default: "
                                    "OUTPUT's stem + .fixed.json)")
+    p.add_argument("--now", help="the time of step 0 (default: now); with saved outputs")
+    add_saved_options(p)
     add_snapshot_options(p)
     p = sub.add_parser("record", help="keep the GPU indices of running jobs (Slurm erases them)")
     p.add_argument("-o", "--output", required=True)
@@ -213,6 +235,7 @@ def parser() -> argparse.ArgumentParser:
                                    "snapshot (default: sinfo's GPU nodes)")
     p.add_argument("--recorded", help="GPU indices kept by `record` or `serve`")
     p.add_argument("-o", "--output", required=True)
+    add_saved_options(p, nodes=False)
     p = sub.add_parser("serve", help="plan every step and act through Slurm's commands")
     from gpualloc.slurm.serve import add_options
     add_options(p)
