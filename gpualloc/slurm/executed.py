@@ -192,38 +192,52 @@ def executed(s, jobs: list[SlurmJob], nodes: list[str], since: float, step_s: fl
 
 
 def _place_node(out: Executed, runs: list[Run], name: str, size: int, g0: int) -> None:
+    """Write a node's runs into the plan: under one renumbering of its GPUs
+    when one makes every recorded job's adjacent; else each job, in start
+    order, on its recorded GPUs when they are adjacent, or the lowest
+    adjacent GPUs free for its run, or (reported: the checker will see it)
+    its recorded GPUs as they are."""
     known = [r for r in runs if r.idx is not None]
-    perm = None
-    if size <= SEARCH_MAX_GPUS:
-        perm = find_order(size, [frozenset(r.idx) for r in known])
-    if perm is None:
-        out.renumbered.append(f"node {name}: no renumbering makes every job's GPUs adjacent: "
-                              f"the jobs take the lowest free adjacent GPUs in start order")
-        known, unknown = [], runs
-    else:
-        unknown = [r for r in runs if r.idx is None]
+    perm = find_order(size, [frozenset(r.idx) for r in known]) if size <= SEARCH_MAX_GPUS else None
+    owner = out.owner
+    if perm is not None:
         if perm != list(range(size)):
             out.renumbered.append(f"node {name}: GPUs renumbered {perm} (new position -> "
                                   f"Slurm's index) so that every job's are adjacent")
-    owner = out.owner
-    pos = {g: i for i, g in enumerate(perm or range(size))}
-    for r in known:
-        a = min(pos[g] for g in r.idx)
-        cells = owner[g0 + a:g0 + a + r.count, r.start:r.end]
-        if (cells >= 0).any():
-            out.report.append(f"node {name}: job {r.slurm_id} overlaps another job's GPUs at "
-                              f"steps {r.start}..{r.end - 1} (rounding of times to steps)")
-        cells[cells < 0] = r.job
-    for r in sorted(unknown, key=lambda r: (r.start, r.slurm_id)):
-        block = owner[g0:g0 + size, r.start:r.end]  # (size, run)
-        free = (block < 0).all(1)
-        for a in range(size - r.count + 1):
-            if bool(free[a:a + r.count].all()):
-                block[a:a + r.count] = r.job
-                break
+        pos = {g: i for i, g in enumerate(perm)}
+        for r in known:
+            a = min(pos[g] for g in r.idx)
+            _put(out, r, name, list(range(a, a + r.count)), g0)
+        rest = [r for r in runs if r.idx is None]
+    else:
+        out.renumbered.append(f"node {name}: no one renumbering makes every job's GPUs adjacent: "
+                              f"jobs placed one by one in start order (same node, steps, counts)")
+        rest = runs
+    for r in sorted(rest, key=lambda r: (r.start, r.slurm_id)):
+        free = (owner[g0:g0 + size, r.start:r.end] < 0).all(1)  # (size,)
+        mine = sorted(r.idx) if r.idx is not None else None
+        if mine and mine[-1] - mine[0] + 1 == len(mine) and bool(free[mine].all()):
+            _put(out, r, name, mine, g0)
+            continue
+        at = next((a for a in range(size - r.count + 1) if bool(free[a:a + r.count].all())), None)
+        if at is not None:
+            _put(out, r, name, list(range(at, at + r.count)), g0)
+        elif mine:
+            out.report.append(f"node {name}: job {r.slurm_id} kept on its own GPUs {mine}, not "
+                              f"adjacent (no adjacent GPUs free for its run)")
+            _put(out, r, name, mine, g0)
         else:
             out.report.append(f"node {name}: no {r.count} adjacent GPUs free for job "
                               f"{r.slurm_id} at steps {r.start}..{r.end - 1}: not in the plan")
+
+
+def _put(out: Executed, r: Run, name: str, gpus: list[int], g0: int) -> None:
+    cells = out.owner[[g0 + g for g in gpus], r.start:r.end]  # (k, steps) a copy
+    if (cells >= 0).any():
+        out.report.append(f"node {name}: job {r.slurm_id} overlaps another job's GPUs at "
+                          f"steps {r.start}..{r.end - 1} (rounding of times to steps)")
+    cells[cells < 0] = r.job
+    out.owner[[g0 + g for g in gpus], r.start:r.end] = cells
 
 
 def record_once(jobs: list[SlurmJob], path: str | Path,

@@ -182,6 +182,7 @@ def main(a) -> int:
     slurm = Slurm(a.slurm_conf)
     step_s = a.step_seconds or o.step_minutes * 60.0
     o.step_minutes = step_s / 60.0
+    o.finishing_s = a.lead_seconds + 1.0  # rigid jobs ending at the boundary: done
     cfg = bridge.serve_config(a.seed)
     seen = load_recorded(a.recorded) if a.recorded else {}
     # Slurm unreachable or a bad option: one line, exit 2, before anything.
@@ -232,3 +233,57 @@ def _sleep_recording(slurm: Slurm, seconds: float, path: str | None, seen: dict)
             except Exception:  # noqa: BLE001 - a missed poll; the next one reads again
                 pass
         time.sleep(min(1.0, max(left, 0)))
+
+
+def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
+    """(G, T) what `serve` does with the scenario `s` when Slurm does exactly
+    what it is told, at once: at each step the view it would snapshot (jobs
+    arrived and not started, arrival 0; running ones fixed on their GPUs for
+    the rest of their run; the service's replicas of the last step, up to
+    this step's demand, fixed at 0; the demand from this step on, its last
+    value repeated), the policy's plan of it, and the plan's first step
+    taken. Against this, an executed run measures what Slurm's execution
+    (timing, placement inside nodes) changes; against gpualloc's online
+    loop (gpualloc.online), what serve's simpler loop changes."""
+    H = horizon or s.T
+    owner = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
+    start: dict[int, int] = {}  # rigid job -> first GPU
+    docs_all = s.to_dict()["jobs"]
+    for k in range(s.T):
+        docs, index, cells = [], [], []
+        for j, job in enumerate(s.jobs):
+            if job.arrival > k:
+                continue
+            d = {**docs_all[j], "arrival": 0}
+            if job.rigid:
+                if j in start:
+                    left = int((owner[start[j], k:] == j).sum())
+                    if left == 0:
+                        continue
+                    d["duration"] = left
+                    cells.append((len(docs), torch.arange(start[j], start[j] + job.gpus), left))
+                docs.append(d)
+            else:
+                dem = list(job.demand[k:H + k])
+                d["demand"] = dem + [dem[-1]] * (H - len(dem))
+                if k:  # last step's replicas, the lowest blocks up to this step's demand
+                    held = (owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
+                    cells.append((len(docs), held, 1))
+                docs.append(d)
+            index.append(j)
+        doc = {**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs}
+        view = bridge.from_dict(doc)
+        fixed = torch.full((view.G, H), bridge.IDLE, dtype=torch.long)  # (G, H)
+        for vj, gpus, steps in cells:
+            fixed[gpus, :steps] = vj
+        view.fixed = fixed
+        col = bridge.plan_now(view, policy, cfg)[:, 0]  # (G,)
+        for vj, j in enumerate(index):
+            mine = (col == vj).nonzero().flatten()
+            job = s.jobs[j]
+            if job.rigid and j not in start and len(mine):
+                start[j] = int(mine[0])
+                owner[start[j]:start[j] + job.gpus, k:k + job.duration] = j
+            elif not job.rigid:
+                owner[mine, k] = j
+    return owner

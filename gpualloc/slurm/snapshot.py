@@ -51,6 +51,10 @@ class Options:
     demand from step 0 = now); their replica jobs are then counted, not
     turned into demand."""
     name: str = "slurm"
+    finishing_s: float = 0.0
+    """A running rigid job expected to end within this many seconds of now
+    (either side) is taken as finished: its GPUs are free at step 0 (serve
+    snapshots just before a step boundary, where jobs end)."""
 
 
 @dataclass
@@ -256,6 +260,8 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
             if j.hints.get("preemptible", "").lower() in ("1", "true", "yes"):
                 doc["preemptible"] = True
             if j.state == "RUNNING":
+                if o.finishing_s and abs(expected_end(j, dur, step_s, now) - now) <= o.finishing_s:
+                    continue  # ends at this step's boundary
                 doc["duration"] = remaining(j, dur, step_s, now)
                 if not _fixed(j, len(docs), doc["duration"], fixed_cells, node_index, report,
                               tag, step_s, now):
@@ -288,15 +294,18 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     return Snapshot(scenario=s, nodes=order, slurm_ids=ids, report=report, renumbered=renumbered)
 
 
-def remaining(j: SlurmJob, dur: int | None, step_s: float, now: float) -> int:
-    """Steps left of a running job's expected run (at least 1)."""
+def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> float:
+    """When a running job is expected to end (epoch seconds)."""
     started = j.start or now
     if dur is not None and "duration" in j.hints:
-        end = started + dur * step_s
-    else:
-        sec = expected_seconds(j)
-        end = started + sec if sec is not None else (j.end or now + step_s)
-    return _steps(max(end - now, 1.0), step_s)
+        return started + dur * step_s
+    sec = expected_seconds(j)
+    return started + sec if sec is not None else (j.end or now + step_s)
+
+
+def remaining(j: SlurmJob, dur: int | None, step_s: float, now: float) -> int:
+    """Steps left of a running job's expected run (at least 1)."""
+    return _steps(max(expected_end(j, dur, step_s, now) - now, 1.0), step_s)
 
 
 def _fixed(j: SlurmJob, k: int, steps: int, cells: list, node_index: dict, report: list,

@@ -23,7 +23,9 @@ def sbatch_args(job, gpus_per_node: int, since: float, step_s: float, held: bool
     """sbatch arguments (an argument list, never a shell line) for a rigid scenario job."""
     t = gpu_type + ":" if gpu_type else ""
     if job.gpus > gpus_per_node:
-        shape = ["-N", str(job.gpus // gpus_per_node), f"--gres=gpu:{t}{gpus_per_node}"]
+        # Whole nodes in a row (PROBLEM.md's block): Slurm's --contiguous.
+        shape = ["-N", str(job.gpus // gpus_per_node), f"--gres=gpu:{t}{gpus_per_node}",
+                 "--contiguous"]
     else:
         shape = ["-N", "1", f"--gres=gpu:{t}{job.gpus}"]
     minutes = max(1, math.ceil(job.duration * step_s / 60))
