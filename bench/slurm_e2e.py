@@ -52,9 +52,9 @@ WAYS = ("fifo", "backfill", "serve-greedy", "serve-allocator")
 PORT = 18817
 SERVE_WARMUP_S = 12.0
 """serve's first plan compiles the placement core before step 0."""
-SERVE_LEAD_S = 1.0
-"""serve snapshots and plans this long before each boundary (a plan of the
-allocator takes up to its 1 s time limit)."""
+SERVE_LEAD_S = 0.5
+"""serve snapshots and plans this long before each boundary: after the jobs
+of the step end (0.4 s before it), so that what it starts finds free GPUs."""
 
 
 def workload(seed: int, T: int, jobs: int):

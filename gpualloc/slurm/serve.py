@@ -82,8 +82,11 @@ class Actions:
 
 
 def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
-    """What the plan sees: running jobs and held jobs (not Slurm's own pending ones)."""
-    return [j for j in jobs if j.state == "RUNNING" or j.held]
+    """What the plan sees: running jobs, held jobs, and gpualloc's own
+    replicas on their way (pending on the node it chose); not Slurm's own
+    pending jobs."""
+    return [j for j in jobs if j.state == "RUNNING" or j.held
+            or (j.state == "PENDING" and REPLICA_TAG in j.comment)]
 
 
 def decide(snap, plan: torch.Tensor) -> Actions:
@@ -146,16 +149,18 @@ def act(slurm: Slurm, acts: Actions, a) -> list[str]:
     return failed
 
 
-def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int) -> list[int]:
-    """gpualloc's own replica jobs to cancel at `step`: every pending one (it
-    did not start where the plan put it; the plan places it again), and the
-    newest running ones above the step's demand."""
-    out = [j.id for j in jobs if REPLICA_TAG in j.comment and j.state == "PENDING"]
+def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int, now: float,
+            step_s: float) -> list[int]:
+    """gpualloc's own replica jobs to cancel at `step`: those pending for a
+    step already (they did not start where the plan put them; it places
+    them again), and the newest above the step's demand."""
+    mine = [j for j in jobs if REPLICA_TAG in j.comment and j.state in ("PENDING", "RUNNING")]
+    out = [j.id for j in mine if j.state == "PENDING" and (j.submit or now) < now - step_s]
     for d in demand or []:
-        mine = sorted((j for j in jobs if REPLICA_TAG in j.comment and j.state == "RUNNING"
-                       and j.hints.get("service") == d["id"]), key=lambda j: j.id)
+        live = sorted((j for j in mine if j.id not in out and j.hints.get("service") == d["id"]),
+                      key=lambda j: (j.state != "RUNNING", j.id))
         want = d["demand"][step] if step < len(d["demand"]) else (d["demand"] or [0])[-1]
-        out += [j.id for j in mine[want:]]
+        out += [j.id for j in live[want:]]
     return out
 
 
@@ -166,7 +171,7 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
     nodes = slurm.nodes()
     if demand is not None:  # the curves from this step on
         o.demand = [{**d, "demand": list(d["demand"][step:]) or [0]} for d in demand]
-    drop = surplus(jobs, demand, step)
+    drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
     view_jobs = [j for j in managed(jobs) if j.id not in drop]
     snap = build(nodes, view_jobs, o, now)
     plan = bridge.plan_now(snap.scenario, policy, cfg)

@@ -239,7 +239,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 ids[k].append(j.id)
                 if docs[k].get("_count"):
                     docs[k]["demand"] = [v + 1 for v in docs[k]["demand"]]
-                if j.state == "RUNNING":
+                if j.state == "RUNNING" or j.required_nodes:  # running, or pending on its node
                     _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                            report, tag, step_s, now)
                 continue
@@ -312,16 +312,17 @@ def _fixed(j: SlurmJob, k: int, steps: int, cells: list, node_index: dict, repor
            tag: str, step_s: float, now: float) -> bool:
     """The running job's cells, node by node; False (reported) when it runs
     on a node the scenario does not have."""
-    if not j.nodes or any(n not in node_index for n in j.nodes):
-        report.append(f"{tag}: runs on {','.join(j.nodes) or 'no node'}, not all usable GPU "
+    nodes = j.nodes if j.state == "RUNNING" else j.required_nodes
+    if not nodes or any(n not in node_index for n in nodes):
+        report.append(f"{tag}: runs on {','.join(nodes) or 'no node'}, not all usable GPU "
                       f"nodes: left out")
         return False
-    idx = sorted(node_index[n] for n in j.nodes)
+    idx = sorted(node_index[n] for n in nodes)
     if idx != list(range(idx[0], idx[0] + len(idx))):
         report.append(f"{tag}: runs on nodes that are not consecutive in the scenario's order: "
                       f"its cells are fixed node by node, not as one block")
-    for n in j.nodes:
-        gpus = j.idx.get(n) or list(range(j.gpus // max(len(j.nodes), 1)))
+    for n in nodes:
+        gpus = j.idx.get(n) or list(range(j.gpus // max(len(nodes), 1)))
         cells.append((k, n, gpus, steps))
     return True
 
