@@ -144,6 +144,9 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
         # head that does not fit, and FIFO serves the reservation apart.
         scaler = Autoscaler(slurm, svc, 8 * len(nodes),
                             ["--reservation=realtime", "--priority=1000000"])
+        # Rigid jobs all of one priority (Slurm's default ones are above 4e9):
+        # the queue is the submission order, behind the replicas.
+        extra_rigid = {"priority": 1000}
     elif way == "backfill":
         scaler = Autoscaler(slurm, svc, s.G, ["--priority=1000000"])
     else:
@@ -169,10 +172,10 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
         until(since + t * step_s - early, slurm, rec, seen)
         for j in s.jobs:
             if j.rigid and j.arrival == t:
-                kw = {"held": True} if scaler is None else {}
+                kw = {"held": True} if scaler is None else dict(extra_rigid)
                 if way == "backfill":
                     kw["priority"] = int(j.priority * 1000)
-                ids.append(submit(slurm, j, 8, since, step_s, **kw, **extra_rigid))
+                ids.append(submit(slurm, j, 8, since, step_s, **kw))
         if scaler is not None:
             until(since + t * step_s - 0.5, slurm, rec, seen)
             scaler.step(t, slurm.jobs())

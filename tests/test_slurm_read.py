@@ -229,3 +229,23 @@ def test_cli_on_truncated_output_is_one_line(tmp_path, cut):
              str(DATA / "sinfo_22.05.json"), "-o", str(out))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "squeue --json" in p.stderr
     assert "Traceback" not in p.stderr and not out.exists()
+
+
+def test_pack_when_no_renumbering_fits():
+    """Slurm's indices over time admit no single renumbering of the node,
+    but each job can hold adjacent GPUs of its own for its run."""
+    from gpualloc.slurm.executed import Run, pack
+    runs = [Run(0, 1, 0, 0, 1, 2, [0, 1]), Run(1, 2, 0, 0, 1, 2, [2, 3]),
+            Run(2, 3, 0, 1, 2, 2, [1, 2]), Run(3, 4, 0, 2, 3, 2, [0, 2])]
+    assert find_order(4, [frozenset(r.idx) for r in runs]) is None
+    first = pack(runs, 4)
+    assert first is not None
+    cells = {}
+    for r, a in zip(runs, first):
+        assert 0 <= a and a + r.count <= 4
+        for g in range(a, a + r.count):
+            for t in range(r.start, r.end):
+                assert (g, t) not in cells
+                cells[g, t] = r.job
+    # Two 3-GPU jobs at once on a 4-GPU node: no layout.
+    assert pack([Run(i, i, 0, 0, 1, 3, None) for i in range(2)], 4) is None

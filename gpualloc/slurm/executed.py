@@ -210,8 +210,16 @@ def _place_node(out: Executed, runs: list[Run], name: str, size: int, g0: int) -
             _put(out, r, name, list(range(a, a + r.count)), g0)
         rest = [r for r in runs if r.idx is None]
     else:
-        out.renumbered.append(f"node {name}: no one renumbering makes every job's GPUs adjacent: "
-                              f"jobs placed one by one in start order (same node, steps, counts)")
+        layout = pack(runs, size)
+        if layout is not None:
+            out.renumbered.append(f"node {name}: no one renumbering makes every job's GPUs "
+                                  f"adjacent: each job placed on adjacent GPUs of its own for "
+                                  f"its run (same node, steps, counts)")
+            for r, a in zip(runs, layout):
+                _put(out, r, name, list(range(a, a + r.count)), g0)
+            return
+        out.renumbered.append(f"node {name}: no layout makes every job's GPUs adjacent: jobs "
+                              f"placed one by one in start order")
         rest = runs
     for r in sorted(rest, key=lambda r: (r.start, r.slurm_id)):
         free = (owner[g0:g0 + size, r.start:r.end] < 0).all(1)  # (size,)
@@ -229,6 +237,48 @@ def _place_node(out: Executed, runs: list[Run], name: str, size: int, g0: int) -
         else:
             out.report.append(f"node {name}: no {r.count} adjacent GPUs free for job "
                               f"{r.slurm_id} at steps {r.start}..{r.end - 1}: not in the plan")
+
+
+PACK_BUDGET = 20_000
+"""Search steps `pack` may take per node before it gives up."""
+
+
+def pack(runs: list[Run], size: int) -> list[int] | None:
+    """First GPU (in the node) for every run such that each holds adjacent
+    GPUs for its whole run and no two overlap, or None. Depth-first in start
+    order, each job's own first GPU tried first, within PACK_BUDGET steps."""
+    order = sorted(range(len(runs)), key=lambda i: (runs[i].start, -runs[i].count))
+    T = max(r.end for r in runs)
+    busy = [[False] * T for _ in range(size)]
+    first = [0] * len(runs)
+    budget = [PACK_BUDGET]
+
+    def fits(r: Run, a: int) -> bool:
+        return all(not busy[g][t] for g in range(a, a + r.count) for t in range(r.start, r.end))
+
+    def mark(r: Run, a: int, v: bool) -> None:
+        for g in range(a, a + r.count):
+            for t in range(r.start, r.end):
+                busy[g][t] = v
+
+    def go(n: int) -> bool:
+        if n == len(order):
+            return True
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        r = runs[order[n]]
+        own = [min(r.idx)] if r.idx else []
+        for a in own + [a for a in range(size - r.count + 1) if a not in own]:
+            if a + r.count <= size and fits(r, a):
+                mark(r, a, True)
+                first[order[n]] = a
+                if go(n + 1):
+                    return True
+                mark(r, a, False)
+        return False
+
+    return first if go(0) else None
 
 
 def _put(out: Executed, r: Run, name: str, gpus: list[int], g0: int) -> None:

@@ -5,25 +5,29 @@ act through Slurm's own commands.
         --demand services.yaml --recorded gpus.jsonl [--dry-run]
 
 Jobs it manages are the ones submitted held (`sbatch --hold`): Slurm starts
-none of them by itself. At each step boundary (`--since` + k x step) it
-reads the queue and the nodes (gpualloc.slurm.snapshot: running jobs fixed
-where they run), plans with the policy, and for the plan's first step:
+none of them by itself. At each step boundary (`--since` + k x step, acting
+`--lead-seconds` early) it reads the queue and the nodes
+(gpualloc.slurm.snapshot: running jobs fixed where they run, rigid jobs
+ending at the boundary taken as done), plans with the policy, and for the
+plan's first step:
 
 - a held job the plan starts now is pinned to its planned nodes
   (`scontrol update JobId=.. NodeList=..`), then released;
 - a real-time service (`--demand`) keeps replica jobs (its own, tagged
   `gpualloc=replica` in their comment) up to the demand of the step: a
   new one on the planned node for each replica the plan adds
-  (`sbatch -w NODE`), and those above the demand cancelled (pending ones
-  first, then the newest);
+  (`sbatch -w NODE`; while it waits to start it counts on that node), and
+  its own replicas cancelled where they are above the demand (the newest
+  first) or have waited a whole step without starting;
 - a running job marked `preemptible=1` in its comment that the plan cuts is
   requeued held (`scontrol requeuehold`), to be released again later.
 
-It never cancels a job but its own replicas. A job it cannot place stays held. Killed and
-restarted with the same `--since`, it rebuilds everything from Slurm (a
-released job is no longer held, so none starts twice). Pending jobs that
-are not held are Slurm's own: left to it. `--dry-run` prints the actions
-instead of taking them.
+It never cancels a job but its own replicas. A job it cannot place stays
+held. Killed and restarted with the same `--since`, it rebuilds everything
+from Slurm (a released job is no longer held, so none starts twice).
+Pending jobs that are not held are Slurm's own: left to it. `--dry-run`
+prints the actions instead of taking them. `simulate` is the same loop with
+a Slurm that does exactly as it is told.
 """
 from __future__ import annotations
 
