@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -152,7 +155,7 @@ def _contended(t, T=10):
 @pytest.mark.slow
 def test_serve_dry_run_then_killed_and_restarted(tmp_path):
     """serve on held jobs submitted with plain sbatch: a dry run releases
-    nothing; a run stopped after two steps and restarted with the same
+    nothing; a run killed after two steps and restarted with the same
     --since goes on from Slurm's state: every job runs exactly once, the
     real-time service gets its replicas, and what ran passes the checker."""
     slurm = need_lab()
@@ -174,9 +177,20 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert p.returncode == 0, p.stderr
         assert "release job" in p.stdout and f"replica of {chat.id}" in p.stdout
         assert all(j.held for j in slurm.jobs() if j.id in ids)  # nothing done
-        p = run_cli("serve", *common, "--steps", "2", "--recorded", str(rec), slurm=slurm)
-        assert p.returncode == 0, p.stderr
-        log = p.stdout
+        # Killed (SIGKILL) once it has acted on step 1, then restarted.
+        first = subprocess.Popen([sys.executable, "-m", "gpualloc.slurm", "serve", *common,
+                                  "--recorded", str(rec)], env={**os.environ,
+                                                                "SLURM_CONF": slurm.conf},
+                                 stdout=subprocess.PIPE, text=True)
+        log = ""
+        for line in first.stdout:
+            log += line
+            if line.startswith("step 1:"):
+                break
+        first.kill()
+        first.wait(timeout=30)
+        log += first.stdout.read()
+        assert first.returncode == -9 and "step 1:" in log, log
         p = run_cli("serve", *common, "--steps", "10", "--recorded", str(rec), slurm=slurm)
         assert p.returncode == 0, p.stderr
         log += p.stdout
