@@ -139,7 +139,7 @@ def act(slurm: Slurm, acts: Actions, a) -> list[str]:
     for svc, node, gpus, gtype in acts.replicas:
         gres = f"gpu:{gtype}:{gpus}" if gtype else f"gpu:{gpus}"
         try:
-            slurm.sbatch(["-J", svc, "--comment", f"service={svc} {REPLICA_TAG} duration=1",
+            slurm.sbatch(["-J", svc, "--comment", f"service={svc} {REPLICA_TAG}",
                           "-w", node, f"--gres={gres}", "-t", str(a.replica_minutes),
                           "-o", "/dev/null", "-e", "/dev/null",
                           "--wrap", a.replica_command.format(seconds=60 * a.replica_minutes)])
@@ -249,9 +249,11 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
     the rest of their run; the service's replicas of the last step, up to
-    this step's demand, fixed at 0; the demand from this step on, its last
+    this step's demand, fixed; the demand from this step on, its last
     value repeated), the policy's plan of it, and the plan's first step
-    taken. Against this, an executed run measures what Slurm's execution
+    taken. A replica stays where it runs for the whole view, as in serve
+    (a replica job's time limit outlasts the view: the plan works around it,
+    and cancelling it when the demand falls frees its GPUs). Against this, an executed run measures what Slurm's execution
     (timing, placement inside nodes) changes; against gpualloc's online
     loop (gpualloc.online), what serve's simpler loop changes."""
     H = horizon or s.T
@@ -277,7 +279,7 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
                 d["demand"] = dem + [dem[-1]] * (H - len(dem))
                 if k:  # last step's replicas, the lowest blocks up to this step's demand
                     held = (owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
-                    cells.append((len(docs), held, 1))
+                    cells.append((len(docs), held, H))
                 docs.append(d)
             index.append(j)
         doc = {**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs}
