@@ -1,0 +1,60 @@
+"""The one module of gpualloc.slurm that imports the rest of gpualloc: the
+scenario and plan files, the checker, the metrics, the policies and the
+online loop. Everything else in gpualloc.slurm goes through these names."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from gpualloc.check import check
+from gpualloc.config import RunConfig
+from gpualloc.files import atomic_write_text
+from gpualloc.metrics import metrics
+from gpualloc.plan import IDLE, empty_owner, load_plan, save_plan
+from gpualloc.policies import POLICIES
+from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, ScenarioError,
+                               from_dict, load)
+
+__all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
+           "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "simulate_online",
+           "policy_plan", "SERVE_POLICIES"]
+
+SERVE_POLICIES = ("greedy", "allocator")
+
+
+def serve_config(seed: int = 0) -> RunConfig:
+    """The run config `serve` plans each step with: the policies' own
+    settings on the CPU, without a progress bar; the allocator's search
+    stops at its time limit (solver.time_limit_s, 1 s), inside a step."""
+    cfg = RunConfig(device="cpu", seed=seed)
+    cfg.solver.progress = False
+    return cfg
+
+
+def plan_now(view: Scenario, policy: str, cfg: RunConfig) -> torch.Tensor:
+    """(G, T) the policy's plan of a view whose `fixed` cells (running jobs)
+    it must keep."""
+    if view.J == 0:
+        return empty_owner(view)
+    return POLICIES[policy](view, cfg, torch.device("cpu")).owner.cpu().long()
+
+
+def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:
+    """(G, T) what gpualloc's online loop (simulated, gpualloc.online) does
+    with `s`: the prediction a served run is held to."""
+    from gpualloc.online import online
+    cfg = copy.deepcopy(RunConfig(device="cpu", seed=seed, mode="online"))
+    cfg.solver.time_limit_s = None
+    cfg.solver.progress = False
+    cfg.online.forecast = "oracle"  # serve reads the demand curves from its --demand file
+    return online(s, POLICIES[policy], cfg, "cpu", name=policy).owner
+
+
+def policy_plan(s: Scenario, name: str, seed: int = 0) -> torch.Tensor:
+    """(G, T) the offline plan of registry policy `name` (e.g. backfill: the
+    simulation Slurm's own backfill is held to)."""
+    cfg = RunConfig(device="cpu", seed=seed)
+    cfg.solver.progress = False
+    return POLICIES[name](s, cfg, torch.device("cpu")).owner

@@ -1,0 +1,210 @@
+"""snapshot, record, executed and serve against the lab cluster, on jobs
+submitted with plain `sbatch` (not through gpualloc). Marked `slurm`."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpualloc.check import check
+from gpualloc.metrics import metrics
+from gpualloc.plan import load_plan
+from gpualloc.scenario import from_dict, load
+from gpualloc.slurm.executed import record_once
+from gpualloc.slurm.workload import submit
+from slurm_lab import cancel, need_lab, run_cli, tag, wait_done
+
+pytestmark = pytest.mark.slurm
+
+
+def sbatch(slurm, *args):
+    return slurm.sbatch([*args, "-o", "/dev/null", "-e", "/dev/null"])
+
+
+def test_snapshot_of_plain_sbatch_jobs(tmp_path):
+    slurm = need_lab()
+    t = tag()
+    evil = tmp_path / "pwned"
+    ids = [
+        sbatch(slurm, "--hold", "-J", f"{t}-train", "--gres=gpu:4", "-t", "3",
+               "--comment", "kind=training priority=4", "--wrap", "sleep 1"),
+        sbatch(slurm, "--hold", "-J", f"{t}-q", "--gres=gpu:h100:2", "-t", "10",
+               "--comment", "kind=quantization priority=2 runtime=90s", "--wrap", "sleep 1"),
+        sbatch(slurm, "--hold", "-J", f"{t}-big", "-N", "2", "--gres=gpu:8", "-t", "2",
+               "--wrap", "sleep 1"),
+        sbatch(slurm, "--hold", "-J", f"{t}-cpu", "-t", "2", "--wrap", "sleep 1"),
+        # A name and comment made to break a shell, if one ever saw them.
+        sbatch(slurm, "--hold", "-J", f"{t}-$(touch {evil});x", "--gres=gpu:1", "-t", "1",
+               "--comment", f"kind=batch_inference `touch {evil}`", "--wrap", "sleep 1"),
+        sbatch(slurm, "-J", f"{t}-run", "--gres=gpu:3", "-t", "5", "--comment",
+               "kind=training runtime=120s", "--wrap", "sleep 60"),
+    ]
+    try:
+        end = time.time() + 30
+        while next(j for j in slurm.jobs() if j.id == ids[-1]).state != "RUNNING":
+            assert time.time() < end, "the running job did not start"
+            time.sleep(0.3)
+        out = tmp_path / "snap.json"
+        p = run_cli("snapshot", "-o", str(out), "--step-minutes", "1", "--horizon", "12",
+                    "--kind-map", "partition:gpu=batch_inference", slurm=slurm)
+        assert p.returncode == 0, p.stderr
+        s = load(out)
+        jobs = {j.id: j for j in s.jobs if j.id.startswith(t)}
+        assert jobs[f"{t}-train"].kind == "training" and jobs[f"{t}-train"].duration == 3
+        assert jobs[f"{t}-train"].priority == 4 and jobs[f"{t}-train"].gpus == 4
+        q = jobs[f"{t}-q"]
+        assert (q.kind, q.duration, q.gpu_types, q.priority) == ("quantization", 2, ["h100"], 2)
+        big = jobs[f"{t}-big"]
+        assert big.gpus == 16 and big.kind == "batch_inference"  # from the partition map
+        assert f"{t}-cpu" not in jobs and f"job {ids[3]} " in p.stdout  # reported, left out
+        weird = next(j for j in jobs.values() if "touch" in j.id)
+        assert weird.kind == "batch_inference" and not evil.exists()
+        fixed = json.loads((tmp_path / "snap.fixed.json").read_text())
+        assert fixed["nodes"][:8] == [f"n{i}" for i in range(1, 9)]
+        run = list(fixed["jobs"]).index(f"{t}-run")
+        cells = [(g, row) for g, row in enumerate(fixed["owner"]) if row[0] == run]
+        assert len(cells) == 3 and jobs[f"{t}-run"].duration == 2  # 120 s, started just now
+        assert all(row[:2] == [run, run] and row[2] != run for _, row in cells)
+        assert not any(row[0] == list(fixed["jobs"]).index(f"{t}-train")
+                       for row in fixed["owner"])  # held: nothing fixed
+    finally:
+        cancel(slurm, ids)
+
+
+def executed_plan(slurm, tmp_path, s, since, step, rec):
+    """`executed` (the command) on what ran since `since`: the plan it writes."""
+    scen = tmp_path / "scenario.json"
+    s.save(scen)
+    out = tmp_path / "plan.json"
+    p = run_cli("executed", "--scenario", str(scen), "--since", f"{since:.3f}",
+                "--step-seconds", str(step), "--nodes", "n[1-8]", "--recorded", str(rec),
+                "-o", str(out), slurm=slurm)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return load_plan(out, s)[1]
+
+
+def _scenario(t, T=6):
+    jobs = [("a", 4, 2), ("b", 8, 1), ("c", 16, 2), ("d", 2, 1), ("e", 6, 3)]
+    return from_dict({
+        "name": f"{t}-exec", "horizon": T, "step_minutes": 0.05,
+        "cluster": {"pools": [{"name": "lab", "count": 8, "gpus_per_node": 8,
+                               "gpu_type": "h100", "memory_gb": 80}]},
+        "jobs": [{"id": f"{t}-{n}", "kind": "training", "priority": 1 + i, "arrival": 0,
+                  "gpus": g, "duration": d} for i, (n, g, d) in enumerate(jobs)]})
+
+
+def test_executed_of_plain_sbatch_jobs(tmp_path):
+    """Jobs a user submitted with sbatch run; `executed` turns what ran into
+    a plan the checker accepts, each job where and when Slurm ran it."""
+    slurm = need_lab()
+    t = tag()
+    s = _scenario(t)
+    step = 3.0
+    since = float(math.ceil(time.time() + 1.5))  # whole seconds, as Slurm records times
+    ids = [submit(slurm, j, 8, since, step, held=True) for j in s.jobs]
+    seen = {}
+    rec = tmp_path / "gpus.jsonl"
+    try:
+        time.sleep(max(0.0, since - 0.5 - time.time()))
+        slurm.release(ids)
+        end = time.time() + 60
+        while True:
+            jobs = [j for j in slurm.jobs() if j.id in ids]
+            record_once(jobs, rec, seen)
+            if all(j.state not in ("PENDING", "RUNNING") for j in jobs) or time.time() > end:
+                break
+            time.sleep(0.3)
+        done = wait_done(slurm, ids)
+        assert all(j.state == "COMPLETED" for j in done), [(j.id, j.state) for j in done]
+        assert set(seen) == set(ids)  # every job's GPU indices recorded while it ran
+        owner = executed_plan(slurm, tmp_path, s, since, step, rec)
+        assert check(s, owner).ok
+        m = metrics(s, owner)
+        assert m["jobs_completed"] == 5
+        starts = {j.id: int((owner == k).any(0).nonzero()[0]) for k, j in enumerate(s.jobs)}
+        assert all(v == 0 for v in starts.values()), starts  # 46 of 64 GPUs: all start at once
+        by_id = {j.id: j for j in done}
+        for k, job in enumerate(s.jobs):  # on the nodes Slurm ran it on
+            gpus = (owner == k).any(1).nonzero().flatten()
+            nodes = sorted({f"n{int(g) // 8 + 1}" for g in gpus})
+            assert nodes == sorted(by_id[ids[k]].nodes)
+            assert len(gpus) == job.gpus
+    finally:
+        cancel(slurm, ids)
+
+
+def _contended(t, T=10):
+    rigid = [(f"{t}-big{i}", 16, 2, 2 + i % 3) for i in range(5)] + \
+            [(f"{t}-mid{i}", 8, 1, 1 + i) for i in range(4)] + [(f"{t}-one", 2, 3, 1)]
+    return from_dict({
+        "name": f"{t}-serve", "horizon": T, "step_minutes": 0.05,
+        "cluster": {"pools": [{"name": "lab", "count": 8, "gpus_per_node": 8,
+                               "gpu_type": "h100", "memory_gb": 80}]},
+        "jobs": [{"id": n, "kind": "training", "priority": p, "arrival": 0, "gpus": g,
+                  "duration": d} for n, g, d, p in rigid]
+        + [{"id": f"{t}-chat", "kind": "realtime_inference", "priority": 5, "arrival": 0,
+            "gpus": 2, "demand": [4, 4, 6, 6, 2, 2, 4, 4, 4, 4][:T]}]})
+
+
+@pytest.mark.slow
+def test_serve_dry_run_then_killed_and_restarted(tmp_path):
+    """serve on held jobs submitted with plain sbatch: a dry run releases
+    nothing; a run killed after two steps and restarted with the same
+    --since goes on from Slurm's state: every job runs exactly once, the
+    real-time service gets its replicas, and what ran passes the checker."""
+    slurm = need_lab()
+    t = tag()
+    s = _contended(t)
+    step = 3.0
+    since = float(math.ceil(time.time() + 15))  # after the first plan compiles the core
+    ids = [submit(slurm, j, 8, since, step, held=True) for j in s.jobs if j.rigid]
+    chat = s.jobs[-1]
+    demand = tmp_path / "demand.json"
+    demand.write_text(json.dumps({"jobs": [{
+        "id": chat.id, "kind": chat.kind, "priority": chat.priority, "gpus": chat.gpus,
+        "demand": chat.demand}]}))
+    common = ["--policy", "greedy", "--step-seconds", str(step), "--horizon", "10",
+              "--demand", str(demand), "--since", f"{since:.3f}"]
+    rec = tmp_path / "gpus.jsonl"
+    try:
+        p = run_cli("serve", "--dry-run", *common, slurm=slurm)
+        assert p.returncode == 0, p.stderr
+        assert "release job" in p.stdout and f"replica of {chat.id}" in p.stdout
+        assert all(j.held for j in slurm.jobs() if j.id in ids)  # nothing done
+        # Killed (SIGKILL) once it has acted on step 1, then restarted.
+        first = subprocess.Popen([sys.executable, "-m", "gpualloc.slurm", "serve", *common,
+                                  "--recorded", str(rec)], env={**os.environ,
+                                                                "SLURM_CONF": slurm.conf},
+                                 stdout=subprocess.PIPE, text=True)
+        log = ""
+        for line in first.stdout:
+            log += line
+            if line.startswith("step 1:"):
+                break
+        first.kill()
+        first.wait(timeout=30)
+        log += first.stdout.read()
+        assert first.returncode == -9 and "step 1:" in log, log
+        p = run_cli("serve", *common, "--steps", "10", "--recorded", str(rec), slurm=slurm)
+        assert p.returncode == 0, p.stderr
+        log += p.stdout
+        assert "not done" not in log, log
+        done = wait_done(slurm, ids, timeout=60)
+        assert all(j.state == "COMPLETED" for j in done), [(j.id, j.state, j.reason) for j in done]
+        replicas = [j.id for j in slurm.jobs() if j.name == chat.id]
+        cancel(slurm, replicas)  # a service's replicas run until the demand falls
+        wait_done(slurm, replicas)
+        owner = executed_plan(slurm, tmp_path, s, since, step, rec)
+        assert check(s, owner).ok_but_guarantee
+        m = metrics(s, owner)
+        # Each rigid job ran once (one Slurm job each, none requeued) and to its end.
+        assert m["jobs_started"] == len(ids) and m["jobs_completed"] >= len(ids) - 2
+        assert m["replicas_served"] > 0
+    finally:
+        cancel(slurm, ids + [j.id for j in slurm.jobs() if j.name == chat.id])

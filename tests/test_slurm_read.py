@@ -1,0 +1,251 @@
+"""The readers of what Slurm prints (no cluster needed): the captured
+outputs of Slurm 22.05 in tests/data/slurm/, and fuzzed, truncated and
+mutated versions of them (a value or SlurmReadError, never another
+exception)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualloc.slurm import read
+from gpualloc.slurm.executed import find_order
+from gpualloc.slurm.read import SlurmReadError
+
+DATA = Path(__file__).parent / "data" / "slurm"
+SQUEUE = (DATA / "squeue_22.05.json").read_text()
+SINFO = (DATA / "sinfo_22.05.json").read_text()
+SCONTROL = (DATA / "scontrol_show_job_22.05.txt").read_text()
+JOBCOMP = (DATA / "jobcomp_22.05.txt").read_text()
+
+
+def test_squeue_captured():
+    jobs = {j.id: j for j in read.squeue(SQUEUE)}
+    assert jobs[1].name == "train-0" and jobs[1].state == "RUNNING"
+    assert jobs[1].gpus == 4 and jobs[1].gpu_type == "h100" and jobs[1].idx == {"n1": [0, 1, 2, 3]}
+    assert jobs[1].hints == {"kind": "training", "priority": "3", "duration": "2"}
+    assert jobs[2].name == "we ird;name" and jobs[2].nodes == ["n2", "n3"] and jobs[2].gpus == 16
+    assert jobs[3].state == "COMPLETED" and jobs[3].idx == {}  # erased at the end
+    assert jobs[6].held and not jobs[7].held and jobs[7].gpus == 64
+    assert jobs[4].hints["service"] == "chat" and jobs[4].idx == {"n1": [4]}
+    assert jobs[1].start < jobs[1].end and jobs[1].time_limit_min == 2
+
+
+def test_sinfo_captured():
+    nodes = read.sinfo(SINFO)
+    assert [n.name for n in nodes] == [f"n{i}" for i in range(1, 9)]
+    assert all(n.gpus == 8 and n.gpu_type == "h100" and n.usable for n in nodes)
+    assert nodes[0].state == "mixed" and nodes[7].state == "idle"
+
+
+def test_scontrol_captured():
+    jobs = read.scontrol_jobs(SCONTROL)
+    assert jobs[1]["idx"] == {"n1": [0, 1, 2, 3]} and jobs[2]["name"] == "we ird;name"
+    assert jobs[2]["idx"]["n3"] == list(range(8)) and jobs[7]["nodes"] == []
+    assert jobs[3]["idx"] == {}
+
+
+def test_jobcomp_captured():
+    recs = read.jobcomp(JOBCOMP)
+    assert {r["id"] for r in recs} >= {1, 2, 3}
+    two = next(r for r in recs if r["id"] == 2)
+    assert two["name"] == "we ird;name" and two["nodes"] == ["n2", "n3"]
+
+
+@pytest.mark.parametrize("text,names", [
+    ("n1", ["n1"]), ("n[1-3,7]", ["n1", "n2", "n3", "n7"]),
+    ("gpu-a[01-02],x", ["gpu-a01", "gpu-a02", "x"]), ("a[8-10]b", ["a8b", "a9b", "a10b"])])
+def test_hostlist(text, names):
+    assert read.hostlist(text) == names
+
+
+@pytest.mark.parametrize("text", ["n[3-1]", "n[1-", "n[a]", "n[1-99999999]", ",", "n1,,n2"])
+def test_hostlist_refuses(text):
+    with pytest.raises(SlurmReadError):
+        read.hostlist(text)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("gpu:h100:4(IDX:0-2,5)", ("h100", 4, [0, 1, 2, 5])), ("gres:gpu:2", (None, 2, None)),
+    ("gpu:4", (None, 4, None)), ("gres/gpu=8", (None, 8, None)), ("gpu", (None, 1, None)),
+    ("mps:100,gpu:a100:1(IDX:3)", ("a100", 1, [3])), ("gpu:h100:0(IDX:N/A)", ("h100", 0, []))])
+def test_gres(text, want):
+    g = read.gres(text)
+    assert (g.type, g.count, g.idx) == want
+
+
+def test_gres_without_gpu():
+    assert read.gres("mps:100") is None and read.gres("") is None
+
+
+def test_comment_hints():
+    assert read.comment_hints("kind=training, priority=3;runtime=90m free words") == {
+        "kind": "training", "priority": "3", "runtime": "90m"}
+    assert read.duration_seconds("90s") == 90 and read.duration_seconds("2h") == 7200
+    with pytest.raises(SlurmReadError):
+        read.duration_seconds("soon")
+
+
+def test_later_field_forms():
+    """Slurm 23+ wraps numbers ({"set", "number"}) and lists job states."""
+    doc = json.loads(SQUEUE)
+    j = doc["jobs"][0]
+    j["time_limit"] = {"set": True, "infinite": False, "number": 7}
+    j["job_state"] = ["RUNNING"]
+    j["priority"] = {"set": True, "number": 5}
+    got = read.squeue(json.dumps(doc))[0]
+    assert (got.time_limit_min, got.state, got.priority) == (7, "RUNNING", 5)
+    j["time_limit"] = {"set": True, "infinite": True, "number": 0}
+    assert read.squeue(json.dumps(doc))[0].time_limit_min is None
+
+
+def _survives(reader, text):
+    try:
+        reader(text)
+    except SlurmReadError as e:
+        assert "\n" not in str(e) and str(e)
+
+
+@given(st.integers(0, len(SQUEUE)))
+def test_squeue_truncated(cut):
+    _survives(read.squeue, SQUEUE[:cut])
+
+
+@given(st.integers(0, len(SCONTROL)))
+def test_scontrol_truncated(cut):
+    _survives(read.scontrol_jobs, SCONTROL[:cut])
+
+
+def _mutate(doc, path, value):
+    """Replace the value at `path`, if an earlier mutation left it there."""
+    node = doc
+    try:
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    except (KeyError, IndexError, TypeError):
+        pass
+
+
+def _paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            yield prefix + (i,)
+            yield from _paths(v, prefix + (i,))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
+    | st.text(max_size=30) | st.sampled_from(["n[1-", "gpu:h100:4(IDX:0-", "gpu:x:99999999999",
+                                              "n[9999999-1]", "PENDING", "RUNNING"]),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids,
+                                                              max_size=3),
+    max_leaves=6)
+
+
+@pytest.mark.parametrize("name,reader", [("squeue", read.squeue), ("sinfo", read.sinfo)])
+@given(data=st.data())
+def test_json_mutated(name, reader, data):
+    """Any field of a captured document replaced by any JSON value."""
+    doc = json.loads(SQUEUE if name == "squeue" else SINFO)
+    paths = list(_paths(doc))
+    for _ in range(data.draw(st.integers(1, 3))):
+        _mutate(doc, data.draw(st.sampled_from(paths)), data.draw(JSON_VALUES))
+    _survives(reader, json.dumps(doc))
+
+
+@given(st.text(max_size=200))
+def test_small_readers_any_text(text):
+    for reader in (read.hostlist, read.gres, read.comment_hints, read.scontrol_jobs,
+                   read.jobcomp):
+        _survives(reader, text)
+
+
+@given(st.lists(st.sets(st.integers(0, 7), min_size=1, max_size=8), max_size=6))
+def test_find_order_makes_sets_adjacent(sets):
+    order = find_order(8, [frozenset(x) for x in sets])
+    if order is not None:
+        assert sorted(order) == list(range(8))
+        pos = {g: i for i, g in enumerate(order)}
+        for x in sets:
+            p = sorted(pos[g] for g in x)
+            assert p[-1] - p[0] + 1 == len(p)
+
+
+def test_find_order_cases():
+    assert find_order(8, [frozenset({0, 1, 2, 3})]) == list(range(8))  # nothing to do
+    order = find_order(8, [frozenset({2, 4, 5, 6})])  # Slurm's IDX 2,4,5,6 (measured)
+    pos = sorted(order.index(g) for g in (2, 4, 5, 6))
+    assert pos == list(range(pos[0], pos[0] + 4))
+    # Three sets pairwise overlapping on a cycle: no order makes all adjacent.
+    assert find_order(4, [frozenset({0, 1}), frozenset({1, 2}), frozenset({2, 0})]) is None
+
+
+def test_unreachable_controller_is_an_error():
+    """Captured: squeue --json exits 0 with an empty job list and an
+    `errors` entry when the controller does not answer."""
+    with pytest.raises(SlurmReadError, match="slurm_load_jobs"):
+        read.squeue((DATA / "squeue_unreachable_22.05.json").read_text())
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "gpualloc.slurm", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_snapshot_from_saved_outputs(tmp_path):
+    """snapshot reads saved squeue/sinfo outputs as it reads Slurm's."""
+    from gpualloc.scenario import load
+    out = tmp_path / "s.json"
+    p = _cli("snapshot", "--squeue-json", str(DATA / "squeue_22.05.json"), "--sinfo-json",
+             str(DATA / "sinfo_22.05.json"), "--now", "1796128100", "--step-minutes", "0.5",
+             "--horizon", "8", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    s = load(out)
+    ids = {j.id: j for j in s.jobs}
+    assert ids["train-0"].priority == 3 and ids["train-0"].kind == "training"
+    assert ids["chat"].kind == "realtime_inference" and ids["chat"].demand == [2] * 8
+    assert ids["q-1"].duration == 3 and ids["q-1"].kind == "quantization"  # 90 s, steps of 30 s
+    assert "big" in ids and ids["big"].gpus == 64 and "small" not in ids  # completed: gone
+    fixed = json.loads((tmp_path / "s.fixed.json").read_text())
+    assert fixed["slurm_jobs"][list(ids).index("chat")] == [4, 5]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 500, 4000, len(SQUEUE) - 2])
+def test_cli_on_truncated_output_is_one_line(tmp_path, cut):
+    bad = tmp_path / "squeue.json"
+    bad.write_text(SQUEUE[:cut])
+    out = tmp_path / "s.json"
+    p = _cli("snapshot", "--squeue-json", str(bad), "--sinfo-json",
+             str(DATA / "sinfo_22.05.json"), "-o", str(out))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "squeue --json" in p.stderr
+    assert "Traceback" not in p.stderr and not out.exists()
+
+
+def test_pack_when_no_renumbering_fits():
+    """Slurm's indices over time admit no single renumbering of the node,
+    but each job can hold adjacent GPUs of its own for its run."""
+    from gpualloc.slurm.executed import Run, pack
+    runs = [Run(0, 1, 0, 0, 1, 2, [0, 1]), Run(1, 2, 0, 0, 1, 2, [2, 3]),
+            Run(2, 3, 0, 1, 2, 2, [1, 2]), Run(3, 4, 0, 2, 3, 2, [0, 2])]
+    assert find_order(4, [frozenset(r.idx) for r in runs]) is None
+    first = pack(runs, 4)
+    assert first is not None
+    cells = {}
+    for r, a in zip(runs, first):
+        assert 0 <= a and a + r.count <= 4
+        for g in range(a, a + r.count):
+            for t in range(r.start, r.end):
+                assert (g, t) not in cells
+                cells[g, t] = r.job
+    # Two 3-GPU jobs at once on a 4-GPU node: no layout.
+    assert pack([Run(i, i, 0, 0, 1, 3, None) for i in range(2)], 4) is None
