@@ -41,3 +41,31 @@ def test_greedy_plan_of_a_window_is_feasible(name):
     s = ga.load(TRACES / f"{name}.json")
     p = ga.plan(s, "greedy")
     assert ga.check(s, p).ok
+
+
+def _row(case, seed, policy, mode, every, value, wall, guarantee=False, short=0):
+    return {"kind": "trace" if case.startswith("openb") else "seven", "case": case,
+            "seed": seed, "role": "tuning", "G": 64, "J": 10, "T": 168, "offered_load": 1.0,
+            "policy": policy, "mode": mode, "replan_every": every, "guarantee": guarantee,
+            "weighted_throughput": value, "gain_pct": value / 100 - 1, "wall_s": wall,
+            "guarantee_shortfall": short, "preemptions": 0}
+
+
+def test_benchmark_tables_from_made_up_runs(tmp_path):
+    from bench.online_traces import markdown, merge
+
+    rows = [_row("openb_x", 0, "greedy", "offline", None, 100, 1.0),
+            _row("openb_x", 0, "greedy", "online", 6, 98, 2.5),
+            _row("openb_x", 0, "allocator", "offline", None, 105, 4.0),
+            _row("openb_x", 0, "allocator", "online", 6, 97, 20.0),
+            _row("openb_x", 0, "allocator", "online", 6, 90, 21.0, guarantee=True, short=3)]
+    part = {"machine": {"cpu": "x", "cores": 2, "gpu": None, "torch": "t", "commit": "c"},
+            "command": "python -m bench.online_traces", "policies": ["greedy", "allocator"],
+            "replan_every": [6], "forecast": "last_day", "rows": rows}
+    (tmp_path / "a.json").write_text(json.dumps(part))
+    text = markdown(merge([tmp_path / "a.json"]))
+    assert "| openb_x | tuning | 64 x 168, 10, 1.00 | greedy | 100 | 98 |" in text
+    assert "x2.5 |" in text and "x5.0 |" in text  # online / offline wall, each policy
+    assert "| openb_x | tuning | 0.990 | 1.050 | 0.924 |" in text  # alloc/greedy online, offline
+    assert "below greedy online on 1 of 1 runs" in text
+    assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
