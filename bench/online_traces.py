@@ -183,6 +183,11 @@ def markdown(result: dict) -> str:
              f"over FIFO's plan of the same scenario. Online: replanning every N steps (and at "
              f"arrivals, as the default `online.replan_on_arrival` says). Seven: mean over seeds "
              f"{sorted({r['seed'] for r in rows if r['kind'] == 'seven'}) or '-'}.", ""]
+    if result.get("parts"):
+        lines += ["Made in parts (each its own process, one after another):", ""] + [
+            f"- `{p['command']}`: commit `{p['machine']['commit']}`, load average at the start "
+            f"{p['machine'].get('load_average_at_start')}, at the end {p.get('load_avg_at_end')}"
+            for p in result["parts"]] + [""]
     cases = list(dict.fromkeys((r["kind"], r["case"]) for r in rows))
     if not cases:
         return "\n".join(lines + ["No runs yet."]) + "\n"
@@ -337,8 +342,8 @@ def merge(paths: list[Path]) -> dict:
     parts = [json.loads(p.read_text()) for p in paths]
     first = parts[0]
     return {**first, "rows": [r for p in parts for r in p["rows"]],
-            "parts": [{"file": str(p), "command": q["command"], "machine": q["machine"],
-                       "load_avg_at_end": q.get("load_avg_at_end")} for p, q in zip(paths, parts)],
+            "parts": [{"command": q["command"], "machine": q["machine"],
+                       "load_avg_at_end": q.get("load_avg_at_end")} for q in parts],
             "replan_every": sorted({e for q in parts for e in q["replan_every"]}, reverse=True),
             "policies": list(dict.fromkeys(x for q in parts for x in q["policies"]))}
 
@@ -353,8 +358,7 @@ def main(argv=None) -> int:
 
     if args.report:
         result = merge(args.report)
-        result["command"] = cmd + "  (parts: " + "; ".join(
-            f"`{p['command']}`" for p in result["parts"]) + ")"
+        result["command"] = cmd
         save(result)
         print(markdown(result))
         return 0
