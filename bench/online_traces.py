@@ -250,9 +250,9 @@ def markdown(result: dict) -> str:
                 if not vals:
                     return "-"
                 if len(vals) == 1:
-                    return f"{vals[0]:.3f}"
+                    return f"{vals[0]:.4f}"
                 below = sum(v < 1 - 1e-12 for v in vals)
-                return f"min {min(vals):.3f}, mean {statistics.fmean(vals):.3f} ({below}/{len(vals)} < 1)"
+                return f"min {min(vals):.4f}, mean {statistics.fmean(vals):.4f} ({below}/{len(vals)} < 1)"
 
             cells = [case, free[0]["role"]]
             cells += [ratio(dict(policy="allocator", mode="online", replan_every=e),
@@ -262,7 +262,14 @@ def markdown(result: dict) -> str:
             cells += [ratio(dict(policy="allocator", mode="online", replan_every=e),
                             dict(policy="allocator", mode="offline")) for e in everys]
             lines.append("| " + " | ".join(cells) + " |")
-        contended = [(k, c) for k, c in cases if k == "trace" or c in CONTENDED]
+        idle = [c for k, c in cases if k == "trace" and all(
+            abs(r.get("gain_pct", 0.0)) < 1e-9
+            for r in _pick(rows, case=c, mode="offline", guarantee=False))]
+        if idle:
+            lines.append(f"\nUncontended: {', '.join(idle)} (every policy's offline plan has "
+                         f"FIFO's value): a tie there says nothing of quality.")
+        contended = [(k, c) for k, c in cases
+                     if (k == "trace" and c not in idle) or c in CONTENDED]
         for e in everys:
             n = below = 0
             for kind, case in contended:
@@ -276,7 +283,7 @@ def markdown(result: dict) -> str:
                         below += a[0]["weighted_throughput"] < b[0]["weighted_throughput"]
             if n:
                 lines.append(f"\nEvery {e} step(s): the allocator online is below greedy online "
-                             f"on {below} of {n} runs (windows and contended runs of the seven).")
+                             f"on {below} of {n} runs (contended windows and contended runs of the seven).")
 
     # 3. the guarantee.
     guar = [r for r in rows if r["guarantee"]]

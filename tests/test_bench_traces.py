@@ -67,6 +67,6 @@ def test_benchmark_tables_from_made_up_runs(tmp_path):
     text = markdown(merge([tmp_path / "a.json"]))
     assert "| openb_x | tuning | 64 x 168, 10, 1.00 | greedy | 100 | 98 |" in text
     assert "x2.5 |" in text and "x5.0 |" in text  # online / offline wall, each policy
-    assert "| openb_x | tuning | 0.990 | 1.050 | 0.924 |" in text  # alloc/greedy online, offline
+    assert "| openb_x | tuning | 0.9898 | 1.0500 | 0.9238 |" in text  # alloc/greedy online, offline
     assert "below greedy online on 1 of 1 runs" in text
     assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
