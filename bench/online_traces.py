@@ -172,12 +172,14 @@ def markdown(result: dict) -> str:
     rows = result["rows"]
     m = result["machine"]
     everys = result["replan_every"]
+    where = ("commit and load average (1, 5, 15 min) of each part below" if result.get("parts")
+             else f"commit `{m['commit']}`; load average (1, 5, 15 min) at the start "
+                  f"{m.get('load_average_at_start')}, at the end {result.get('load_avg_at_end')}")
     lines = ["# Online on real traces and on the seven", "",
              f"Machine: {m['cpu']}, {m['cores']} CPUs, GPU {m['gpu'] or 'none'}, torch "
-             f"{m['torch']}; commit `{m['commit']}`. Load average (1, 5, 15 min) at the "
-             f"start {m.get('load_average_at_start')}, at the end "
-             f"{result.get('load_avg_at_end')}: wall times are under that load (the machine's "
-             f"two cores shared with other work); values do not depend on it.", "",
+             f"{m['torch']}; {where}. Wall times are under that load (the machine's cores "
+             f"shared with other work; each row's load before it ran is in the JSON); values "
+             f"do not depend on it.", "",
              f"`{result['command']}`", "",
              f"Forecast `{result['forecast']}`. Value: weighted throughput (PROBLEM.md); gain "
              f"over FIFO's plan of the same scenario. Online: replanning every N steps (and at "
