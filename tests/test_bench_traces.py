@@ -1,0 +1,72 @@
+"""The real-trace windows of bench/traces/ (cut by bench/traces/cut.py): they
+load, the CSV windows import again into the committed scenarios, and greedy's
+plan of each passes the checker. Reads only files in the repository."""
+import json
+from pathlib import Path
+
+import pytest
+
+import gpualloc as ga
+from gpualloc.trace import main as trace_main
+
+TRACES = Path(__file__).resolve().parents[1] / "bench" / "traces"
+# name -> (GPUs, jobs, steps), as bench/traces/README.md states them.
+SHAPES = {"openb_118d_64": (64, 851, 168), "openb_125d_64": (64, 489, 168),
+          "openb_dlrm_127d_32": (32, 507, 168),
+          "openb_dlrm_127d_14d_128": (128, 860, 336)}
+CSV_ARGS = ["--id-col", "job_id", "--submit-col", "submit_s", "--duration-col", "duration_s",
+            "--gpus-col", "gpus", "--kind-col", "kind", "--priority-col", "priority",
+            "--time-unit", "s", "--start", "0", "--gpus-per-node", "8", "--gpu-type", "GPU",
+            "--memory-gb", "32"]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_window_loads_with_its_shape(name):
+    s = ga.load(TRACES / f"{name}.json")
+    assert (s.G, s.J, s.T) == SHAPES[name]
+    assert any(j.kind == "realtime_inference" for j in s.jobs)
+
+
+@pytest.mark.parametrize("name", [n for n in SHAPES if (TRACES / f"{n}.csv").exists()])
+def test_csv_window_imports_to_the_committed_scenario(name, tmp_path, capsys):
+    G, _, T = SHAPES[name]
+    out = tmp_path / f"{name}.json"
+    rc = trace_main(["csv", str(TRACES / f"{name}.csv"), *CSV_ARGS, "--length", f"{T}h",
+                     "--gpus", str(G), "--name", name, "-o", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    assert json.loads(out.read_text()) == json.loads((TRACES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["openb_118d_64", "openb_dlrm_127d_32"])  # the 128-GPU one: slow
+def test_greedy_plan_of_a_window_is_feasible(name):
+    s = ga.load(TRACES / f"{name}.json")
+    p = ga.plan(s, "greedy")
+    assert ga.check(s, p).ok
+
+
+def _row(case, seed, policy, mode, every, value, wall, guarantee=False, short=0):
+    return {"kind": "trace" if case.startswith("openb") else "seven", "case": case,
+            "seed": seed, "role": "tuning", "G": 64, "J": 10, "T": 168, "offered_load": 1.0,
+            "policy": policy, "mode": mode, "replan_every": every, "guarantee": guarantee,
+            "weighted_throughput": value, "gain_pct": value / 100 - 1, "wall_s": wall,
+            "guarantee_shortfall": short, "preemptions": 0}
+
+
+def test_benchmark_tables_from_made_up_runs(tmp_path):
+    from bench.online_traces import markdown, merge
+
+    rows = [_row("openb_x", 0, "greedy", "offline", None, 100, 1.0),
+            _row("openb_x", 0, "greedy", "online", 6, 98, 2.5),
+            _row("openb_x", 0, "allocator", "offline", None, 105, 4.0),
+            _row("openb_x", 0, "allocator", "online", 6, 97, 20.0),
+            _row("openb_x", 0, "allocator", "online", 6, 90, 21.0, guarantee=True, short=3)]
+    part = {"machine": {"cpu": "x", "cores": 2, "gpu": None, "torch": "t", "commit": "c"},
+            "command": "python -m bench.online_traces", "policies": ["greedy", "allocator"],
+            "replan_every": [6], "forecast": "last_day", "rows": rows}
+    (tmp_path / "a.json").write_text(json.dumps(part))
+    text = markdown(merge([tmp_path / "a.json"]))
+    assert "| openb_x | tuning | 64 x 168, 10, 1.00 | greedy | 100 | 98 |" in text
+    assert "x2.5 |" in text and "x5.0 |" in text  # online / offline wall, each policy
+    assert "| openb_x | tuning | 0.9898 | 1.0500 | 0.9238 |" in text  # alloc/greedy online, offline
+    assert "below greedy online on 1 of 1 runs" in text
+    assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
