@@ -296,7 +296,7 @@ class Scenario:
     def offered_load(self) -> float:
         """(rigid gpus x duration + elastic demand x gpus) / (G x T)."""
         rigid = sum(j.gpus * j.duration for j in self.jobs if j.rigid)
-        elastic = sum(sum(j.demand) * j.gpus for j in self.jobs if not j.rigid)
+        elastic = sum(sum(j.demand[j.arrival:]) * j.gpus for j in self.jobs if not j.rigid)
         return float(rigid + elastic) / (self.G * self.T)
 
     def peak_elastic_gpus(self) -> int:
