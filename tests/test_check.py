@@ -214,8 +214,7 @@ def _run(o, j):
 
 @given(scenarios(max_jobs=6, preemptible=True), st.sampled_from(["fifo", "greedy"]),
        st.sampled_from(["moved", "shifted", "given"]), st.data())
-@settings(suppress_health_check=[HealthCheck.filter_too_much,
-                                                  HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 def test_policy_plans_are_feasible_and_corruptions_break_their_rule(s, policy, corruption, data):
     o = (fifo(s) if policy == "fifo" else greedy(s)).owner.clone()
     assert check(s, o).ok  # every policy's plan, segments of preemptible jobs included
