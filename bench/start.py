@@ -5,7 +5,7 @@ and for the code of commit --before (exported with git archive, put first on
 PYTHONPATH), each in a fresh interpreter, the two trees interleaved run by run
 so that both see the same load. `python -c pass` is the interpreter's floor.
 
-    python -m bench.start --before 571921c --runs 15
+    python -m bench.start --runs 15    # --before 571921c: the torch checker
 """
 from __future__ import annotations
 
