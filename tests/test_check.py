@@ -43,6 +43,14 @@ def test_feasible():
     assert check(S, feasible()).ok
 
 
+def test_a_numpy_grid_gets_the_tensor_verdict():
+    o = feasible()
+    o[6, 0], o[8, 2] = 1, 1
+    assert str(check(S, o.numpy())) == str(check(S, o))
+    assert set(check(S, o.numpy()).violations) == {"before_arrival", "incompatible",
+                                                   "rigid_not_block", "elastic_not_blocks"}
+
+
 def test_dense_round_trip():
     o = feasible()
     x = to_dense(o, S.J)
