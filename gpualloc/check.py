@@ -2,15 +2,18 @@
 listed with a count and a first example.
 
     python -m gpualloc.check SCENARIO PLAN    # exit 0 feasible, 1 infeasible, 2 bad input
+
+An independent judge in plain numpy: it reads the rules from the scenario's
+plain fields (pools and jobs), never from the Scenario's derived tensors, the
+planner's segments or the placement core, so a check imports no torch.
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 
-from gpualloc.plan import held, segments
 from gpualloc.scenario import Scenario, ScenarioError
 
 
@@ -45,185 +48,249 @@ class Check:
         return "\n".join(lines)
 
 
+def _starts(a: np.ndarray) -> np.ndarray:
+    """(n,) bool: where a new value begins in `a`."""
+    return np.diff(a, prepend=-1) != 0
+
+
+class _Rules:
+    """The scenario as the rules read it, derived here from its plain fields."""
+
+    def __init__(self, s: Scenario):
+        pools, jobs = s.pools, s.jobs
+        self.G, self.T, self.J = s.G, s.T, s.J
+        node_size = [p.gpus_per_node for p in pools for _ in range(p.count)]
+        self.pool = np.repeat(np.arange(len(pools)), [p.count * p.gpus_per_node for p in pools])
+        self.node = np.repeat(np.arange(len(node_size)), node_size)  # (G,) node of each GPU
+        self.per_node = np.array([p.gpus_per_node for p in pools], dtype=np.int64)[self.pool]
+        self.first_of_node, self.first_of_pool = _starts(self.node), _starts(self.pool)
+
+        def column(f, dtype=np.int64) -> np.ndarray:  # (J,)
+            return np.array([f(j) for j in jobs], dtype=dtype)
+
+        self.arrival, self.gpus = column(lambda j: j.arrival), column(lambda j: j.gpus)
+        self.duration = column(lambda j: j.duration or 0)
+        self.rigid, self.pre = column(lambda j: j.rigid, bool), column(lambda j: j.preemptible, bool)
+        self.restart_cost = column(lambda j: j.restart_cost)
+        self.min_served = column(lambda j: j.min_served, np.float64)
+        self.demand = np.zeros((self.J, self.T), dtype=np.int64)  # before arrival: counts nowhere
+        for i, j in enumerate(jobs):
+            if j.demand is not None:
+                self.demand[i, j.arrival:] = j.demand[j.arrival:]
+        # ceil(f x demand), the product rounded to 9 decimals first (0.7 x 10 is 7).
+        self.guaranteed = np.ceil(np.round(self.min_served[:, None] * self.demand, 9)).astype(np.int64)
+        pool_ok = np.array([[(j.gpu_types is None or p.gpu_type in j.gpu_types)
+                             and p.memory_gb >= j.min_memory_gb for p in pools] for j in jobs],
+                           dtype=bool).reshape(self.J, len(pools))
+        self.compat = pool_ok[:, self.pool]  # (J, G)
+
+    def is_block(self, first, last, width, k) -> np.ndarray:
+        """Elementwise: GPUs first..last, `width` of them held, are one block of k
+        (inside one node, or whole consecutive nodes of one pool)."""
+        lo, hi = np.minimum(first, self.G - 1), np.maximum(last, 0)
+        n = self.per_node[lo]
+        in_node = (k <= n) & (self.node[lo] == self.node[hi])
+        whole_nodes = ((k > n) & (k % n == 0) & self.first_of_node[lo]
+                       & (self.pool[lo] == self.pool[hi]))
+        return (width == k) & (last - first + 1 == k) & (in_node | whole_nodes)
+
+    def held(self, owner: np.ndarray) -> np.ndarray:
+        """(J, T) int64: n_j(t), the GPUs job j holds at t."""
+        g, t = np.nonzero(owner >= 0)
+        return np.bincount(owner[g, t] * self.T + t,
+                           minlength=self.J * self.T).reshape(self.J, self.T)
+
+
+def _grid(owner) -> np.ndarray:
+    """The owner grid as int64 numpy, from a torch tensor (any device) or an array."""
+    torch = sys.modules.get("torch")  # a tensor means torch is imported already
+    if torch is not None and isinstance(owner, torch.Tensor):
+        owner = owner.detach().cpu().numpy()
+    return np.array(owner, dtype=np.int64)
+
+
 def _job(s: Scenario, j: int) -> str:
     return f"job {s.jobs[j].id!r} (index {j})"
 
 
-def _runs(owner_tg: torch.Tensor, brk: torch.Tensor):
-    """Maximal runs of equal owner along the GPU axis of (T, G), broken where
-    `brk` (G,) is true (a new node or pool starts). Returns per run: its owner,
-    first GPU, length and timestep."""
-    T, G = owner_tg.shape
-    new = torch.ones_like(owner_tg, dtype=torch.bool)
-    new[:, 1:] = (owner_tg[:, 1:] != owner_tg[:, :-1]) | brk[None, 1:]
-    t_idx, g_idx = new.nonzero(as_tuple=True)
-    run_id = torch.cumsum(new.flatten(), 0) - 1  # (T*G,)
-    length = torch.bincount(run_id, minlength=len(t_idx))
-    return owner_tg[t_idx, g_idx], g_idx, length, t_idx
-
-
-def check(s: Scenario, owner: torch.Tensor) -> Check:
-    """Verify feasibility rules 1-4 of PROBLEM.md for the (G, T) owner grid."""
+def check(s: Scenario, owner) -> Check:
+    """Verify feasibility rules 1-4 of PROBLEM.md for the (G, T) owner grid
+    (a torch tensor or a numpy array)."""
     out = Check()
-    owner = owner.cpu().long()
+    owner = _grid(owner)
     G, T, J = s.G, s.T, s.J
-    if tuple(owner.shape) != (G, T):
-        out.add("shape", 1, f"owner grid is {tuple(owner.shape)}, scenario needs ({G}, {T})")
+    if owner.shape != (G, T):
+        out.add("shape", 1, f"owner grid is {owner.shape}, scenario needs ({G}, {T})")
         return out
     bad = (owner < -1) | (owner >= J)
     if bad.any():
-        g, t = bad.nonzero()[0].tolist()
+        g, t = (int(v[0]) for v in np.nonzero(bad))
         out.add("owner_range", int(bad.sum()),
                 f"owner[{g}][{t}] = {int(owner[g, t])} is not -1 or a job index < {J}")
-        owner = torch.where(bad, torch.full_like(owner, -1), owner)
-    g_idx, t_idx = (owner >= 0).nonzero(as_tuple=True)
+        owner = np.where(bad, -1, owner)
+    g_idx, t_idx = np.nonzero(owner >= 0)
     if len(g_idx) == 0:
         return out
     j_idx = owner[g_idx, t_idx]
+    r = _Rules(s)
 
     # Rule 1: a cell is held only after arrival, on a compatible GPU.
-    early = t_idx < s.arrival[j_idx]
+    early = t_idx < r.arrival[j_idx]
     if early.any():
-        i = int(early.nonzero()[0])
+        i = int(np.argmax(early))
+        j, g = int(j_idx[i]), int(g_idx[i])
         out.add("before_arrival", int(early.sum()),
-                f"{_job(s, int(j_idx[i]))} holds GPU {int(g_idx[i])} at t={int(t_idx[i])}, "
-                f"arrival {int(s.arrival[j_idx[i]])}")
-    incompatible = ~s.compat[j_idx, g_idx]
+                f"{_job(s, j)} holds GPU {g} at t={int(t_idx[i])}, arrival {int(r.arrival[j])}")
+    incompatible = ~r.compat[j_idx, g_idx]
     if incompatible.any():
-        i = int(incompatible.nonzero()[0])
+        i = int(np.argmax(incompatible))
+        g, pool = int(g_idx[i]), s.pools[int(r.pool[g_idx[i]])]
         out.add("incompatible", int(incompatible.sum()),
-                f"{_job(s, int(j_idx[i]))} holds GPU {int(g_idx[i])} "
-                f"({s.gpu_type[int(g_idx[i])]}, {float(s.gpu_memory[g_idx[i]]):g} GB)")
+                f"{_job(s, int(j_idx[i]))} holds GPU {g} "
+                f"({pool.gpu_type}, {float(pool.memory_gb):g} GB)")
 
-    _check_rigid(s, out, g_idx, t_idx, j_idx)
-    _check_segments(s, out, owner)
-    _check_elastic(s, out, owner)
-    _check_guarantee(s, out, owner)
+    _check_rigid(s, r, out, g_idx, t_idx, j_idx)
+    _check_segments(s, r, out, g_idx, t_idx, j_idx)
+    _check_elastic(s, r, out, owner)
+    _check_guarantee(s, r, out, owner)
     return out
 
 
-def shortfall(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
+def shortfall(s: Scenario, owner) -> np.ndarray:
     """(J, T) int64: replicas below rule 4's guarantee, ceil(min_served x
     demand) minus the replicas held (floor(n / gpus), as in the metrics)."""
-    replicas = held(s, owner) // s.gpus[:, None]
-    return torch.where(s.rigid[:, None], 0, (s.guaranteed - replicas).clamp(min=0))
+    return _shortfall(_Rules(s), _grid(owner))
 
 
-def _check_guarantee(s, out, owner) -> None:
+def _shortfall(r: _Rules, owner: np.ndarray) -> np.ndarray:
+    replicas = r.held(owner) // np.maximum(r.gpus, 1)[:, None]
+    return np.where(r.rigid[:, None], 0, np.maximum(r.guaranteed - replicas, 0))
+
+
+def _check_guarantee(s, r, out, owner) -> None:
     # Rule 4: an elastic job with min_served = f holds at least ceil(f x demand)
     # replicas at every t.
-    if not bool((s.min_served > 0).any()):
+    if not (r.min_served > 0).any():
         return
-    short = shortfall(s, owner)
+    short = _shortfall(r, owner)
     if short.any():
-        j, t = (int(v) for v in short.nonzero()[0])
+        j, t = (int(v[0]) for v in np.nonzero(short))
         out.add(GUARANTEE, int(short.sum()),
-                f"{_job(s, j)} holds {int(s.guaranteed[j, t] - short[j, t])} replicas at t={t}, "
-                f"min_served={s.jobs[j].min_served:g} of demand {int(s.demand[j, t])} guarantees "
-                f"{int(s.guaranteed[j, t])}")
+                f"{_job(s, j)} holds {int(r.guaranteed[j, t] - short[j, t])} replicas at t={t}, "
+                f"min_served={s.jobs[j].min_served:g} of demand {int(r.demand[j, t])} guarantees "
+                f"{int(r.guaranteed[j, t])}")
 
 
-def _is_block(s, first, last, width, k) -> torch.Tensor:
-    """Elementwise: GPUs first..last, `width` of them held, are one block of k
-    (inside one node, or whole consecutive nodes of one pool)."""
-    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
-    first_of_node = torch.zeros(s.G, dtype=torch.bool)
-    first_of_node[s.node_first_gpu] = True
-    lo, hi = first.clamp(max=s.G - 1), last.clamp(min=0)
-    n = gpn[lo]
-    in_node = (k <= n) & (s.gpu_node[lo] == s.gpu_node[hi])
-    whole_nodes = (k > n) & (k % n == 0) & first_of_node[lo] & (s.gpu_pool[lo] == s.gpu_pool[hi])
-    return (width == k) & (last - first + 1 == k) & (in_node | whole_nodes)
-
-
-def _check_rigid(s, out, g_idx, t_idx, j_idx) -> None:
+def _check_rigid(s, r, out, g_idx, t_idx, j_idx) -> None:
     # Rule 2: a rigid job's cells are exactly block x [start, min(start+duration, T)).
-    J, T = s.J, s.T
-    sel = (s.rigid & ~s.preemptible)[j_idx]
+    J, T = r.J, r.T
+    sel = (r.rigid & ~r.pre)[j_idx]
     g, t, j = g_idx[sel], t_idx[sel], j_idx[sel]
     if len(j) == 0:
         return
-    start = torch.full((J,), T, dtype=torch.long).scatter_reduce(0, j, t, "amin")
+    start = np.full(J, T)
+    np.minimum.at(start, j, t)
     at_start = t == start[j]
-    gmin = torch.full((J,), s.G, dtype=torch.long).scatter_reduce(0, j[at_start], g[at_start], "amin")
-    gmax = torch.full((J,), -1, dtype=torch.long).scatter_reduce(0, j[at_start], g[at_start], "amax")
-    width = torch.bincount(j[at_start], minlength=J)
-    cells = torch.bincount(j, minlength=J)
-    held = cells > 0
-    k = s.gpus
-    is_block = _is_block(s, gmin, gmax, width, k)
+    gmin, gmax = np.full(J, r.G), np.full(J, -1)
+    np.minimum.at(gmin, j[at_start], g[at_start])
+    np.maximum.at(gmax, j[at_start], g[at_start])
+    width = np.bincount(j[at_start], minlength=J)
+    cells = np.bincount(j, minlength=J)
+    held, k = cells > 0, r.gpus
+    is_block = r.is_block(gmin, gmax, width, k)
     bad_block = held & ~is_block
     if bad_block.any():
-        i = int(bad_block.nonzero()[0])
+        i = int(np.argmax(bad_block))
         out.add("rigid_not_block", int(bad_block.sum()),
                 f"{_job(s, i)} holds GPUs {int(gmin[i])}..{int(gmax[i])} ({int(width[i])} GPUs) "
                 f"at its start t={int(start[i])}; it needs one block of {int(k[i])}")
-    length = torch.minimum(s.duration, T - start.clamp(max=T))
+    length = np.minimum(r.duration, T - start)
     inside = (g >= gmin[j]) & (g <= gmax[j]) & (t < start[j] + length[j])
-    outside = torch.bincount(j[~inside], minlength=J) > 0
+    outside = np.bincount(j[~inside], minlength=J) > 0
     bad_run = held & is_block & (outside | (cells != k * length))
     if bad_run.any():
-        i = int(bad_run.nonzero()[0])
+        i = int(np.argmax(bad_run))
         out.add("rigid_not_run", int(bad_run.sum()),
                 f"{_job(s, i)} holds {int(cells[i])} cells; block {int(gmin[i])}..{int(gmax[i])} "
                 f"from t={int(start[i])} for {int(length[i])} steps needs exactly "
                 f"{int(k[i] * length[i])}")
 
 
-def _check_segments(s, out, owner) -> None:
-    # Rule 2, preemptible jobs: at every held t the GPUs are one block of
-    # `gpus` (so is every segment), and nothing is held once the job is done.
-    if not bool(s.preemptible.any()):
+def _check_segments(s, r, out, g_idx, t_idx, j_idx) -> None:
+    # Rule 2, preemptible jobs, read from PROBLEM.md: a segment is a maximal run
+    # of timesteps on the same GPUs (same first GPU and count; GPUs that are no
+    # block break the rule anyway), each one block of `gpus`. Every segment
+    # after the first restores for restart_cost steps, then progresses; once
+    # progress reaches duration the job is done and holds nothing.
+    J, T, G = r.J, r.T, r.G
+    sel = r.pre[j_idx]
+    if not sel.any():
         return
-    seg = segments(s, owner)
-    on = seg.count > 0
-    k = s.gpus[:, None].expand_as(on)
-    lo, hi = seg.first.clamp(max=s.G - 1), seg.last.clamp(min=0)
-    bad = on & ~_is_block(s, seg.first, seg.last, seg.count, k)
+    key = j_idx[sel] * T + t_idx[sel]
+    first, last = np.full(J * T, G), np.full(J * T, -1)
+    np.minimum.at(first, key, g_idx[sel])
+    np.maximum.at(last, key, g_idx[sel])
+    count = np.bincount(key, minlength=J * T).reshape(J, T)
+    first, last = first.reshape(J, T), last.reshape(J, T)
+    on = count > 0
+    k = np.broadcast_to(r.gpus[:, None], on.shape)
+    bad = on & ~r.is_block(first, last, count, k)
     if bad.any():
-        j, t = (int(v) for v in bad.nonzero()[0])
+        j, t = (int(v[0]) for v in np.nonzero(bad))
         out.add("segment_not_block", int(bad.sum()),
-                f"{_job(s, j)} holds GPUs {int(lo[j, t])}..{int(hi[j, t])} "
-                f"({int(seg.count[j, t])} GPUs) at t={t}; each segment needs one block of "
-                f"{int(k[j, t])}")
-    late = seg.after_done
+                f"{_job(s, j)} holds GPUs {min(int(first[j, t]), G - 1)}..{max(int(last[j, t]), 0)} "
+                f"({int(count[j, t])} GPUs) at t={t}; each segment needs one block of {int(k[j, t])}")
+    new = on.copy()
+    new[:, 1:] &= ~(on[:, :-1] & (first[:, 1:] == first[:, :-1]) & (count[:, 1:] == count[:, :-1]))
+    steps = np.arange(T)
+    seg_start = np.maximum.accumulate(np.where(new, steps, -1), axis=1)
+    restoring = on & (np.cumsum(new, 1) > 1) & (steps - seg_start < r.restart_cost[:, None])
+    working = (on & ~restoring).astype(np.int64)
+    late = on & (np.cumsum(working, 1) - working >= r.duration[:, None])
     if late.any():
-        j, t = (int(v) for v in late.nonzero()[0])
-        out.add("after_done", int((late * seg.count).sum()),
+        j, t = (int(v[0]) for v in np.nonzero(late))
+        out.add("after_done", int(count[late].sum()),
                 f"{_job(s, j)} holds GPUs at t={t}, after its progress reached duration "
-                f"{int(s.duration[j])}")
+                f"{int(r.duration[j])}")
 
 
-def _check_elastic(s, out, owner) -> None:
+def _runs(owner_tg: np.ndarray, brk: np.ndarray):
+    """Maximal runs of equal owner along the GPU axis of (T, G), broken where
+    `brk` (G,) is true (a new node or pool starts). Returns per run: its owner,
+    first GPU, length and timestep."""
+    new = np.ones(owner_tg.shape, dtype=bool)
+    new[:, 1:] = (owner_tg[:, 1:] != owner_tg[:, :-1]) | brk[None, 1:]
+    t_idx, g_idx = np.nonzero(new)
+    run_id = np.cumsum(new.ravel()) - 1  # (T*G,)
+    length = np.bincount(run_id, minlength=len(t_idx))
+    return owner_tg[t_idx, g_idx], g_idx, length, t_idx
+
+
+def _check_elastic(s, r, out, owner) -> None:
     # Rule 3: at each t an elastic job's GPUs split into blocks of `gpus`. Blocks
     # are consecutive, so every maximal run of its GPUs (inside a node, or for
     # replicas larger than a node, inside a pool from a node's first GPU) must
     # be a multiple of the replica size.
-    el = torch.zeros(s.J + 1, dtype=torch.bool)
-    el[:-1] = ~s.rigid
+    el = np.zeros(r.J + 1, dtype=bool)
+    el[:-1] = ~r.rigid
     if not el.any():
         return
-    owner_tg = torch.where(el[owner], owner, torch.full_like(owner, -1)).T.contiguous()
-    gpn = torch.tensor([p.gpus_per_node for p in s.pools])[s.gpu_pool]
-    first_of_node = torch.zeros(s.G, dtype=torch.bool)
-    first_of_node[s.node_first_gpu] = True
-    first_of_pool = torch.ones(s.G, dtype=torch.bool)
-    first_of_pool[1:] = s.gpu_pool[1:] != s.gpu_pool[:-1]
+    owner_tg = np.where(el[owner], owner, -1).T  # (T, G); owner -1 reads el[-1], False
     bad_total, example = 0, ""
-    for brk, multi_node in ((first_of_node, False), (first_of_pool, True)):
+    for brk, multi_node in ((r.first_of_node, False), (r.first_of_pool, True)):
         j, g0, length, t = _runs(owner_tg, brk)
         keep = j >= 0
         j, g0, length, t = j[keep], g0[keep], length[keep], t[keep]
-        k, n = s.gpus[j], gpn[g0]
+        k, n = r.gpus[j], r.per_node[g0]
         if multi_node:
             applies = k > n
-            good = (k % n == 0) & first_of_node[g0] & (length % k == 0)
+            good = (k % n == 0) & r.first_of_node[g0] & (length % k == 0)
         else:
             applies = k <= n
             good = length % k == 0
         bad = applies & ~good
         if bad.any():
-            i = int(bad.nonzero()[0])
+            i = int(np.argmax(bad))
             bad_total += int(bad.sum())
             example = example or (f"{_job(s, int(j[i]))} holds {int(length[i])} GPUs from GPU "
                                   f"{int(g0[i])} at t={int(t[i])}; replicas are blocks of "
@@ -234,7 +301,7 @@ def _check_elastic(s, out, owner) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from gpualloc.plan import load_plan
+    from gpualloc.plan import read_plan
     from gpualloc.scenario import load
 
     parser = argparse.ArgumentParser(
@@ -249,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         scenario = load(args.scenario)
-        _, owner = load_plan(args.plan, scenario)
+        _, owner = read_plan(args.plan, scenario)
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,15 +1,19 @@
 """Plans: the owner grid [G, T] (job index or -1), its dense [G, J, T] twin, and
-the plan file of PROBLEM.md."""
+the plan file of PROBLEM.md. Reading a plan file (`read_plan`) needs no torch:
+torch is imported when a tensor is first made."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from gpualloc.files import atomic_write_text, read_json
+from gpualloc.lazy import LazyModule
 from gpualloc.scenario import Scenario, ScenarioError
+
+torch = LazyModule("torch")
 
 IDLE = -1
 
@@ -130,9 +134,10 @@ def save_plan(path: str | Path, scenario: Scenario, policy: str, owner: torch.Te
     atomic_write_text(path, json.dumps(doc, separators=(",", ":")))
 
 
-def load_plan(path: str | Path, scenario: Scenario) -> tuple[str, torch.Tensor]:
-    """Read a plan file for `scenario`; returns (policy, owner). Shape and job
-    list must match the scenario; anything else raises ScenarioError."""
+def read_plan(path: str | Path, scenario: Scenario) -> tuple[str, np.ndarray]:
+    """Read a plan file for `scenario`; returns (policy, owner), owner a (G, T)
+    int64 array. Shape and job list must match the scenario; anything else
+    raises ScenarioError."""
     path = Path(path)
     doc = read_json(path, ScenarioError)
     if not isinstance(doc, dict):
@@ -152,4 +157,10 @@ def load_plan(path: str | Path, scenario: Scenario) -> tuple[str, torch.Tensor]:
             if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v < scenario.J:
                 raise ScenarioError(f"{path}: field 'owner' must hold -1 (idle) or a job index "
                                     f"below {scenario.J}, got {v!r:.20} at owner[{g}][{t}]")
-    return str(doc["policy"]), torch.tensor(owner, dtype=torch.long).reshape(scenario.G, scenario.T)
+    return str(doc["policy"]), np.array(owner, dtype=np.int64).reshape(scenario.G, scenario.T)
+
+
+def load_plan(path: str | Path, scenario: Scenario) -> tuple[str, torch.Tensor]:
+    """`read_plan`, the owner as a (G, T) int64 tensor."""
+    policy, owner = read_plan(path, scenario)
+    return policy, torch.from_numpy(owner)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpualloc.check import check
 from gpualloc.policies.fifo import fifo
+from gpualloc.policies.greedy import greedy
 from gpualloc.plan import from_dense, save_plan, to_dense
 from gpualloc.scenario import from_dict
 from strategies import scenarios
@@ -40,6 +41,14 @@ def kinds(o):
 
 def test_feasible():
     assert check(S, feasible()).ok
+
+
+def test_a_numpy_grid_gets_the_tensor_verdict():
+    o = feasible()
+    o[6, 0], o[8, 2] = 1, 1
+    assert str(check(S, o.numpy())) == str(check(S, o))
+    assert set(check(S, o.numpy()).violations) == {"before_arrival", "incompatible",
+                                                   "rigid_not_block", "elastic_not_blocks"}
 
 
 def test_dense_round_trip():
@@ -201,3 +210,78 @@ def test_mutated_plans_rejected(s, mutation, data):
         g, t = data.draw(st.sampled_from(cells))
         o[g, t] = -1
     assert not check(s, o).ok
+
+
+# ---- policy plans and their corruptions --------------------------------------------------------
+
+def _run(o, j):
+    """(start, end, GPUs) of job j's cells in plan o."""
+    ts = (o == j).any(0).nonzero().flatten()
+    return int(ts[0]), int(ts[-1]) + 1, (o == j).any(1).nonzero().flatten().tolist()
+
+
+@given(scenarios(max_jobs=6, preemptible=True), st.sampled_from(["fifo", "greedy"]),
+       st.sampled_from(["moved", "shifted", "given"]), st.data())
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+def test_policy_plans_are_feasible_and_corruptions_break_their_rule(s, policy, corruption, data):
+    o = (fifo(s) if policy == "fifo" else greedy(s)).owner.clone()
+    assert check(s, o).ok  # every policy's plan, segments of preemptible jobs included
+    fixed = [j for j in range(s.J) if s.jobs[j].rigid and not s.jobs[j].preemptible
+             and (o == j).any()]
+    if corruption == "moved":
+        # The last cell of a run of 2+ steps moved one step later on its GPU:
+        # block and start unchanged, one cell outside block x [start, end).
+        cases = []
+        for j in fixed:
+            start, end, gpus = _run(o, j)
+            g = gpus[0]
+            if end - start >= 2 and end < s.T and o[g, end] == -1:
+                cases.append((j, g, end))
+        assume(cases)
+        j, g, end = data.draw(st.sampled_from(cases))
+        o[g, end - 1], o[g, end] = -1, j
+        assert set(check(s, o).violations) == {"rigid_not_run"}
+    elif corruption == "shifted":
+        # A whole run not cut by the horizon, shifted d steps on its GPUs (cells
+        # past the horizon fall off): a later or earlier start, fine unless
+        # before arrival.
+        cases = []
+        for j in fixed:
+            start, end, gpus = _run(o, j)
+            if end - start == s.jobs[j].duration:
+                for d in (-2, -1, 1, 2):
+                    lo, hi = max(start + d, 0), min(end + d, s.T)
+                    target = o[gpus, lo:hi]
+                    if start + d >= 0 and ((target == -1) | (target == j)).all():
+                        cases.append((j, gpus, start, end, d))
+        assume(cases)
+        j, gpus, start, end, d = data.draw(st.sampled_from(cases))
+        o[o == j] = -1
+        o[gpus, max(start + d, 0):min(end + d, s.T)] = j
+        expected = {"before_arrival"} if start + d < s.jobs[j].arrival else set()
+        assert set(check(s, o).violations) == expected
+    else:
+        # A held cell given to another job: what each of the two jobs must break.
+        busy = (o >= 0).nonzero().tolist()
+        assume(busy and s.J >= 2)
+        g, t = data.draw(st.sampled_from(busy))
+        a = int(o[g, t])
+        b = data.draw(st.sampled_from([j for j in range(s.J) if j != a]))
+        start, _, _ = _run(o, a)
+        b_held = bool((o == b).any())
+        o[g, t] = b
+        kinds = set(check(s, o).violations)
+        expected = set()
+        if t < s.jobs[b].arrival:
+            expected.add("before_arrival")
+        if not s.compat[b, g]:
+            expected.add("incompatible")
+        if a in fixed:  # a block missing a GPU at its start, or a run missing a cell
+            if t > start:
+                expected.add("rigid_not_run")
+            elif s.jobs[a].gpus >= 2:
+                expected.add("rigid_not_block")
+        job_b = s.jobs[b]
+        if job_b.rigid and not job_b.preemptible and not b_held and job_b.gpus >= 2:
+            expected.add("rigid_not_block")  # one GPU of a gang
+        assert expected <= kinds, (expected, kinds)
