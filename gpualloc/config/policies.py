@@ -174,6 +174,16 @@ class GreedyConfig:
     loss). Bounds the cost on large scenarios; 2 measured best among 2, 8, 32."""
     repack_blocks: int = 4
     """Candidate blocks (best fit first) re-pack-checked per such job."""
+    type_aware: bool = True
+    """The elastic footprint packs the services fewer GPUs can hold first
+    (one type, 80 GB), then by priority (gpualloc.core.footprint); false: by
+    priority only, which leaves a confined service unprotected where
+    services that run anywhere took its pool in the packing (issue 25)."""
+    fit_ahead: bool = True
+    """The rigid fit key's first term counts, per pool, the rigid jobs not yet
+    started that arrive before the job's run ends and the services with
+    demand in it (gpualloc.core.demand); false: the jobs waiting now and every
+    service (issue 25: flexible jobs then take the only pool of later jobs)."""
     variants: bool = True
     """Also plan with the plain priority-order EASY backfill (one pass, no
     look-ahead; gpualloc.policies.backfill) and keep the better plan: the

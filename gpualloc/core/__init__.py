@@ -52,6 +52,21 @@ def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[in
                                           s.jobs[j].arrival, j))
 
 
+def pool_demand(lay, rigid: list[int], elastic: list[int], need: np.ndarray, t: int,
+                end: int) -> np.ndarray:
+    """(P,) int64: per pool, the work that may want it over [t, end): the rigid
+    jobs of `rigid` (not yet started) that arrive before `end` and the
+    services of `elastic` with demand `need` (J, T) in it, each counted once
+    on every pool it can use. Offline the plan knows every job; online, the
+    view's (issue 25: a count of what waits at t lets flexible jobs take the
+    only pool of jobs arriving later)."""
+    jobs = [j for j in rigid if lay.arrival[j] < end]
+    jobs += [e for e in elastic if need[e, t:end].any()]
+    if not jobs:
+        return np.zeros(lay.P, dtype=np.int64)
+    return lay.pool_ok[jobs].sum(0).astype(np.int64)
+
+
 def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
     the time-major owner grid `owner` (T, G), e.g. the cells fixed before

@@ -69,6 +69,46 @@ def _take(slack, subset_pools, pool, t0, t1, k):
                 slack[u, t] -= k
 
 
+def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
+    """(U, P) bool: every union of the pool sets (compatibility classes) of
+    the services `elastic`, sorted; beyond max_subsets, the single sets and
+    their union."""
+    P = lay.P
+    masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
+    subsets = set(masks)
+    grown = True
+    while grown and len(subsets) <= max_subsets:
+        grown = False
+        for a in list(subsets):
+            for b in masks:
+                u = tuple(x or y for x, y in zip(a, b))
+                if u not in subsets:
+                    subsets.add(u)
+                    grown = True
+    if len(subsets) > max_subsets:  # too many pools: the single masks and their union
+        subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
+    return np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
+
+
+def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.ndarray
+                ) -> np.ndarray:
+    """(E, C) int64: replicas of `jobs` (in order of service, i.e. priority)
+    that Hall's condition admits in each column of `free` (C, G) bool, need
+    (E, C) wanted: each service in turn takes as many as every union of
+    classes holding its pool set still has free GPUs for. For 1-GPU replicas
+    this is the priority-optimal service (a transversal matroid, greedy by
+    weight); larger replicas may still fail to pack into blocks."""
+    free_u = subset_pools[:, lay.gpu_pool].astype(np.int64) @ free.T.astype(np.int64)  # (U, C)
+    out = np.zeros(need.shape, dtype=np.int64)
+    for i, j in enumerate(jobs):
+        k = int(lay.gpus[j])
+        holds = (~lay.pool_ok[j][None, :] | subset_pools).all(1)  # (U,) unions holding j's set
+        n = np.minimum(need[i], (free_u[holds] // k).min(0))  # (C,)
+        out[i] = n
+        free_u[holds] -= n * k
+    return out
+
+
 class DemandGuard:
     """Slack of every union of elastic pool sets against the elastic demand
     still to serve, kept up to date as rigid jobs are placed and removed."""
@@ -78,23 +118,9 @@ class DemandGuard:
         """demand: (J, T) replicas still to serve; free: (T, G) bool GPUs no
         rigid job or fixed cell holds; elastic: the placeable elastic jobs."""
         P, T = lay.P, lay.T
-        masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
-        subsets = set(masks)
-        grown = True
-        while grown and len(subsets) <= max_subsets:
-            grown = False
-            for a in list(subsets):
-                for b in masks:
-                    u = tuple(x or y for x, y in zip(a, b))
-                    if u not in subsets:
-                        subsets.add(u)
-                        grown = True
-        if len(subsets) > max_subsets:  # too many pools: the single masks and their union
-            subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
-        subsets = sorted(subsets)
-        U = len(subsets)
-        self.U = U
-        self.subset_pools = np.array(subsets, dtype=np.bool_).reshape(U, P)  # (U, P)
+        subsets = unions(lay, elastic, max_subsets)
+        U = self.U = subsets.shape[0]
+        self.subset_pools = subsets  # (U, P)
         self.subset_priority = np.zeros(U, dtype=np.float64)
         self.subset_replica = np.ones(U, dtype=np.int64)
         need = np.zeros((U, T), dtype=np.int64)

@@ -54,8 +54,8 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
-                           time_major)
+from gpualloc.core import (fixed_jobs, owner_of, pool_demand, priority_order, service_order,
+                           still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
@@ -150,17 +150,25 @@ class _Greedy:
         self.weight = lay.priority * lay.gpus
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
         # The elastic footprint and the grid a new rigid job must avoid (core).
-        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware)
+        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware,
+                              cfg.type_aware)
         self.now = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- rigid jobs -------------------------------------------------------------------
-    def want_cs(self, waiting: list[int]) -> np.ndarray:
-        """(G + 1,) int64 prefix sums of how many waiting rigid jobs and elastic
-        jobs can use each GPU."""
+    def want_cs(self, waiting: list[int], j: int | None = None, t: int = 0) -> np.ndarray:
+        """(G + 1,) int64 prefix sums of how many jobs may want each GPU: with
+        fit_ahead, for j's run from t (gpualloc.core.pool_demand: the rigid
+        jobs not yet started arriving before it ends, the services with demand
+        in it); else the waiting rigid jobs and every service."""
         lay = self.lay
-        per_pool = lay.pool_ok[waiting + self.elastic].sum(0) if waiting or self.elastic \
-            else np.zeros(lay.P, dtype=np.int64)
+        if j is not None and self.cfg.fit_ahead:
+            per_pool = pool_demand(lay, self.queue, self.elastic, self.need, t,
+                                   t + self.length(j, t))
+        elif waiting or self.elastic:
+            per_pool = lay.pool_ok[waiting + self.elastic].sum(0)
+        else:
+            per_pool = np.zeros(lay.P, dtype=np.int64)
         out = np.zeros(lay.G + 1, dtype=np.int64)
         np.cumsum(per_pool[lay.gpu_pool], out=out[1:])
         return out
@@ -337,7 +345,7 @@ class _Greedy:
             self.foot.touch(start, end)
             self.foot.changed(start, end, first, k)
         self.foot.refresh(t)
-        want_cs = self.want_cs(waiting)
+        want_cs_now = None if self.cfg.fit_ahead else self.want_cs(waiting)
         # Which jobs have a footprint-free block now (or one free of hard cells).
         maybe = {j: kb.any_free(self.foot.run, lay.blocks(j), int(lay.gpus[j]), t,
                                 self.length(j, t)) for j in waiting}
@@ -349,6 +357,7 @@ class _Greedy:
                                 if lay.preemptible[r]]
 
         def start(j: int) -> bool:
+            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
                     and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
@@ -358,6 +367,7 @@ class _Greedy:
             return ok
 
         def reserve(j: int) -> bool:
+            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
             return self.reserve(j, t, want_cs,
                                 self.foot.repacks - repacks_before < self.cfg.repack_jobs)
 
