@@ -20,20 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpualloc.core import blocks as kb
-from gpualloc.core.guard import hall_served, unions
+from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.core.layout import Layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
-
-
-def restricted_first(lay: Layout, elastic: list[int]) -> np.ndarray:
-    """(E,) int64: positions in `elastic` (services in their order of service)
-    in the footprint's packing order: the fewest compatible GPUs first, ties
-    in the given order."""
-    compat = lay.pool_ok[np.asarray(elastic, dtype=np.int64)].astype(np.int64) \
-        @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (E,) GPUs each can use
-    return np.array(sorted(range(len(elastic)), key=lambda i: (int(compat[i]), i)),
-                    dtype=np.int64)
 
 
 class Footprint:
@@ -48,7 +37,6 @@ class Footprint:
         self.el = np.array(elastic, dtype=np.int64)
         self.order = (restricted_first(lay, elastic) if type_aware and elastic
                       else np.arange(len(elastic), dtype=np.int64))  # (E,) packing order
-        self.packed = [elastic[i] for i in self.order.tolist()]
         self.subsets = unions(lay, elastic) if type_aware and elastic else None  # (U, P)
         self.weight = lay.priority[self.el] * lay.gpus[self.el]  # (E,) value of a replica-step
         self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
@@ -92,13 +80,8 @@ class Footprint:
         """(E, C) replicas served (rows in the order of service) when the
         demand of [lo, hi) is packed, in the packing order, into `free` (C, G)
         bool, which is updated."""
-        need = self.need[self.el, lo:hi]  # (E, C)
-        if self.subsets is not None:  # who is served: by priority, under Hall's condition
-            need = hall_served(self.lay, self.subsets, free, self.elastic, need)
-        out = np.zeros((len(self.elastic), hi - lo), dtype=np.int64)
-        out[self.order] = fill_elastic(self.lay, free, None, self.packed, need[self.order],
-                                       high=True)
-        return out
+        return serve(self.lay, free, None, self.elastic, self.need[self.el, lo:hi], True,
+                     self.subsets, self.order)
 
     def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over [t, end)

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from gpualloc.core.blocks import best_displacing, earliest, fewest_left
+from gpualloc.core.classes import unions
 
 
 @njit(cache=True)
@@ -67,46 +68,6 @@ def _take(slack, subset_pools, pool, t0, t1, k):
         if subset_pools[u, pool]:
             for t in range(t0, t1):
                 slack[u, t] -= k
-
-
-def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
-    """(U, P) bool: every union of the pool sets (compatibility classes) of
-    the services `elastic`, sorted; beyond max_subsets, the single sets and
-    their union."""
-    P = lay.P
-    masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
-    subsets = set(masks)
-    grown = True
-    while grown and len(subsets) <= max_subsets:
-        grown = False
-        for a in list(subsets):
-            for b in masks:
-                u = tuple(x or y for x, y in zip(a, b))
-                if u not in subsets:
-                    subsets.add(u)
-                    grown = True
-    if len(subsets) > max_subsets:  # too many pools: the single masks and their union
-        subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
-    return np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
-
-
-def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.ndarray
-                ) -> np.ndarray:
-    """(E, C) int64: replicas of `jobs` (in order of service, i.e. priority)
-    that Hall's condition admits in each column of `free` (C, G) bool, need
-    (E, C) wanted: each service in turn takes as many as every union of
-    classes holding its pool set still has free GPUs for. For 1-GPU replicas
-    this is the priority-optimal service (a transversal matroid, greedy by
-    weight); larger replicas may still fail to pack into blocks."""
-    free_u = subset_pools[:, lay.gpu_pool].astype(np.int64) @ free.T.astype(np.int64)  # (U, C)
-    out = np.zeros(need.shape, dtype=np.int64)
-    for i, j in enumerate(jobs):
-        k = int(lay.gpus[j])
-        holds = (~lay.pool_ok[j][None, :] | subset_pools).all(1)  # (U,) unions holding j's set
-        n = np.minimum(need[i], (free_u[holds] // k).min(0))  # (C,)
-        out[i] = n
-        free_u[holds] -= n * k
-    return out
 
 
 class DemandGuard:

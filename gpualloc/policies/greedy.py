@@ -110,11 +110,12 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
     run = np.zeros(G, dtype=np.int64)
     runs_in_nodes(free, gpu_node, node_first, node_end, run)
     W = G + 1
+    cap = (2 ** 62) // (W * W * W * W)  # the first term's room in an int64 key
     for i in range(cand.shape[0]):
         b = cand[i]
         node = gpu_node[b]
         left = max(node_free[node] - k, 0)
-        scarce = want_cs[b + k] - want_cs[b]
+        scarce = min(want_cs[b + k] - want_cs[b], cap)
         key = (scarce * W + left) * W + min(node_run[node], G)
         out[i] = (key * W + min(run[b], G)) * W + b
 
