@@ -3,20 +3,15 @@
 At each timestep t:
 - Rigid jobs that have arrived are scanned in priority order (ties: arrival,
   then scenario order). A job starts on a free block, best fit, if the known
-  elastic demand over its whole run still fits on the GPUs rigid jobs leave
-  free (demand-aware). "Fits" is tested against the elastic *footprint*: the
-  demand of every elastic job, highest priority first, packed highest GPU
-  first around the cells rigid jobs hold, over the rest of the horizon. A
-  block that avoids the footprint leaves the elastic service untouched; for
-  the first few blocked jobs, a block that overlaps it is re-packed exactly
-  (the elastic demand without that block): no loss, it starts.
-- Displacement (GreedyConfig.displace): a job the elastic demand would keep
-  waiting may still take such a block when its value minus the
-  priority-weighted elastic service it displaces beats its value at its
-  earliest demand-safe start (0 when there is none). When the other waiting
-  jobs could fill the free GPUs anyway, only a job with no demand-safe start
-  at all displaces. Without displacement, a job as large as the cluster never
-  runs beside a service that always wants a replica.
+  elastic demand over its whole run still fits beside it (demand-aware),
+  tested against the elastic *footprint* (gpualloc.core.footprint): a block
+  that avoids it leaves the service untouched; for the first few blocked
+  jobs, a block on it is re-packed exactly: no loss, it starts.
+- Displacement (GreedyConfig.displace): a job the demand would keep waiting
+  may still take such a block when its value net of the service it displaces
+  beats its value at its earliest demand-safe start (0 if none; when the
+  other waiting jobs could fill the free GPUs, only a job with no such start
+  displaces): else a job as large as the cluster never runs.
 - Preemption (GreedyConfig.preempt, scenarios with preemptible jobs): a job
   that cannot start may evict running preemptible jobs of strictly lower
   priority when that frees a block for it now (Kueue and KAI's priority
@@ -35,10 +30,10 @@ At each timestep t:
   now: a rigid job only starts when the elastic demand at t still fits beside
   it (or is worth displacing), so elastic work is served first either way.
 
-Rigid best fit: the block whose GPUs the fewest waiting jobs can use (keeps
-scarce GPU types for the jobs that need them), then the node left with the
-fewest free GPUs, then the shortest run of whole free nodes (keeps long runs
-for multi-node gangs), then the shortest free run, then the lowest index.
+Rigid best fit: the block whose pools the least work wants over the job's
+run (fit_ahead: gpualloc.core.pool_demand; else the fewest waiting jobs),
+then the node left with the fewest free GPUs, the shortest run of whole free
+nodes (kept for gangs), the shortest free run, the lowest index.
 
 Jobs in `Scenario.fixed` are done or running: rigid ones are not scheduled
 again; elastic ones are served on top of the replicas their fixed cells hold.
@@ -158,21 +153,16 @@ class _Greedy:
 
     # ---- rigid jobs -------------------------------------------------------------------
     def want_cs(self, waiting: list[int], j: int | None = None, t: int = 0) -> np.ndarray:
-        """(G + 1,) int64 prefix sums of how many jobs may want each GPU: with
-        fit_ahead, for j's run from t (gpualloc.core.pool_demand: the rigid
-        jobs not yet started arriving before it ends, the services with demand
-        in it); else the waiting rigid jobs and every service."""
+        """(G + 1,) int64 prefix sums of the work that may want each GPU: with
+        fit_ahead, over j's run from t (core.pool_demand); else how many
+        waiting rigid jobs and services can use it."""
         lay = self.lay
         if j is not None and self.cfg.fit_ahead:
             per_pool = pool_demand(lay, self.queue, self.elastic, self.need, t,
                                    t + self.length(j, t))
-        elif waiting or self.elastic:
-            per_pool = lay.pool_ok[waiting + self.elastic].sum(0)
         else:
-            per_pool = np.zeros(lay.P, dtype=np.int64)
-        out = np.zeros(lay.G + 1, dtype=np.int64)
-        np.cumsum(per_pool[lay.gpu_pool], out=out[1:])
-        return out
+            per_pool = lay.pool_ok[waiting + self.elastic].sum(0, dtype=np.int64)  # (P,)
+        return np.concatenate([[0], np.cumsum(per_pool[lay.gpu_pool])]).astype(np.int64)
 
     def fit_key(self, j: int, cand: np.ndarray, free_t: np.ndarray,
                 want_cs: np.ndarray) -> np.ndarray:
