@@ -69,16 +69,27 @@ def restricted_first(lay: Layout, elastic: list[int]) -> np.ndarray:
 
 
 def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need: np.ndarray,
-          high: bool, subsets: np.ndarray | None, order: np.ndarray) -> np.ndarray:
+          high: bool, subsets: np.ndarray | None, order: np.ndarray | None) -> np.ndarray:
     """(E, C) int64 replicas of `jobs` (in order of service) served in the
     columns of `free` (C, G) bool, which is updated (and `owner` (C, G) when
-    given), need (E, C): with `subsets` (unions of classes), the counts Hall's
-    condition admits by priority, packed in `order` (positions in `jobs`,
-    e.g. restricted_first); without, fill_elastic in the order of service."""
+    given), need (E, C): with `subsets` (unions of classes), per column the
+    better (priority x GPUs) of the counts Hall's condition admits by
+    priority, packed in `order` (positions in `jobs`, e.g. restricted_first),
+    and fill_elastic in the order of service; without, the latter only."""
     if subsets is None or not len(jobs):
         return fill_elastic(lay, free, owner, jobs, need, high=high)
-    need = hall_served(lay, subsets, free, jobs, need)
+    plain_free = free.copy()
+    plain_owner = None if owner is None else owner.copy()
+    plain = fill_elastic(lay, plain_free, plain_owner, jobs, need, high=high)  # (E, C)
+    admitted = hall_served(lay, subsets, free, jobs, need)
     out = np.zeros(need.shape, dtype=np.int64)
     out[order] = fill_elastic(lay, free, owner, [jobs[i] for i in order.tolist()],
-                              need[order], high=high)
+                              admitted[order], high=high)
+    w = (lay.priority[jobs] * lay.gpus[jobs]).astype(np.float64)  # (E,) value of a replica
+    keep = w @ plain > w @ out  # (C,) columns where the plain fill serves more
+    if keep.any():
+        out[:, keep] = plain[:, keep]
+        free[keep] = plain_free[keep]
+        if owner is not None:
+            owner[keep] = plain_owner[keep]
     return out
