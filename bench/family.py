@@ -43,17 +43,17 @@ POLICY_ORDER = ["fifo", "backfill", "greedy", "allocator"]
 LP_SECONDS = 20.0
 
 
-def family(scale: float, overrides: tuple[str, ...] = ()):
+def family(scale: float, overrides: tuple[str, ...] = (), scenario: str = "broad"):
     """The broad family's run config at `scale` x 64 GPUs (`overrides`: as on
     the command line of a run): node, job and service counts times `scale`,
     rounded (at least one of each)."""
-    cfg = composed("+scenario=broad", "solver.progress=false", *overrides)
+    cfg = composed(f"+scenario={scenario}", "solver.progress=false", *overrides)
     sc = cfg.scenario
     if scale != 1:
         def times(n: int) -> int:
             return max(1, round(n * scale))
         sc.pools = [replace(p, count=times(p.count)) for p in sc.pools]
-        sc.name = f"broad_{sum(p.count * p.gpus_per_node for p in sc.pools)}"
+        sc.name = f"{scenario}_{sum(p.count * p.gpus_per_node for p in sc.pools)}"
         for kind in ("training", "batch_inference", "quantization"):
             w = getattr(sc, kind)
             setattr(sc, kind, replace(w, count=times(w.count)))
@@ -63,9 +63,9 @@ def family(scale: float, overrides: tuple[str, ...] = ()):
 
 
 def run(seeds: list[int], scale: float, overrides: tuple[str, ...] = (),
-        bounds: dict | None = None) -> list[dict]:
+        bounds: dict | None = None, scenario: str = "broad") -> list[dict]:
     torch.set_num_threads(1)
-    cfg = family(scale, overrides)
+    cfg = family(scale, overrides, scenario)
     cpu = torch.device("cpu")
     rows = []
     for seed in seeds:
@@ -104,7 +104,7 @@ def run(seeds: list[int], scale: float, overrides: tuple[str, ...] = (),
 
 
 def markdown(result: dict) -> str:
-    lines = ["# Quality on the broad family", "",
+    lines = [f"# Quality on the {result.get('scenario', 'broad')} family", "",
              f"Commit {result['commit']}, {result['date']}; {result['machine']['cpu']}, "
              f"{result['machine']['cores']} cores; one torch thread (`{result['command']}`). "
              "Seeds reported start at 100; nothing was tuned on them. Every plan checked.", "",
@@ -153,6 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", nargs="+", metavar="GPUS:SEEDS",
                     help="cluster sizes (multiples of 32 GPUs) and seeds per size, "
                          "e.g. 32:10 512:3 (default 64:20 256:5; --quick 64:3)")
+    ap.add_argument("--scenario", default="broad",
+                    help="the family's scenario (conf/scenario/): broad, or broad_types (issue 25)")
     ap.add_argument("--bounds-from", type=Path, metavar="JSON",
                     help="reuse the bounds of an earlier results file for the same scenarios")
     args = ap.parse_args(argv)
@@ -170,8 +172,8 @@ def main(argv=None) -> int:
                   if "mip" in r}
     rows = []
     for seeds, scale in plan:
-        rows += run(list(seeds), scale, tuple(args.set), bounds)
-    result = {"rows": rows, "commit": git_commit(short=True), "machine": machine(),
+        rows += run(list(seeds), scale, tuple(args.set), bounds, args.scenario)
+    result = {"scenario": args.scenario, "rows": rows, "commit": git_commit(short=True), "machine": machine(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "command": "python -m bench.family " + " ".join(
                   sys.argv[1:] if argv is None else argv)}

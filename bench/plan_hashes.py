@@ -109,13 +109,15 @@ def runs():
                                                   *SETTINGS), ONLINE
 
 
-def measure() -> dict:
+def measure(only: str | None = None) -> dict:
     from gpualloc.metrics import weighted_throughput
     from gpualloc.online import run_policy
 
     device = torch.device("cpu")
     table = {}
     for key, s, cfg, names in runs():
+        if only is not None and not key.endswith(f"/{only}"):
+            continue
         for name in names:
             start = time.perf_counter()
             plan = run_policy(name, s, cfg, device)
@@ -147,10 +149,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stem", default=None, help="write bench/results/STEM.json and .md")
     ap.add_argument("--compare", default=None, help="a earlier table (.json) to compare with")
+    ap.add_argument("--only", default=None, choices=["offline", "preempt", "online"],
+                    help="only the runs of this kind (the others count as in one table only)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
-    table = measure()
+    table = measure(args.only)
     lines = [f"# Plan hashes ({len(table)} plans, {time.perf_counter() - start:.0f} s)", "",
              "`python -m bench.plan_hashes` (see its docstring for the set).", "",
              "| run / policy | hash | weighted throughput |", "| --- | --- | --- |"]

@@ -73,7 +73,7 @@ def test_glob_sweep_out_of_the_box_with_progress(tmp_path):
     assert rc == 0, stderr
     folders = sorted(p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith("."))
     n = len(scenario_names())
-    assert len(folders) == n == 10  # the seven, broad, and the two shipped files
+    assert len(folders) == n == 11  # the seven, broad, broad_types and the two shipped files
     names = {check_run(f, seed=0)["scenario"] for f in folders}
     shipped = {"file": "tiny", "alibaba": "alibaba_134d_168h"}  # scenario files in the package
     assert names == {shipped.get(name, name) for name in scenario_names()}

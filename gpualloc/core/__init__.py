@@ -52,6 +52,30 @@ def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[in
                                           s.jobs[j].arrival, j))
 
 
+def pool_demand(lay, rigid: list[int], elastic: list[int], need: np.ndarray, t: int,
+                end: int) -> np.ndarray:
+    """(P,) int64: per pool, the work that may want each of its GPUs over
+    [t, end), in GPU-steps per GPU (rounded): the rigid jobs of `rigid` (not
+    yet started) that arrive before `end`, gpus x duration each, and the
+    demand `need` (J, T) of the services of `elastic` in [t, end), each
+    spread evenly over the GPUs it can use. Offline the plan knows every job;
+    online, the view's (issue 25: a count of what waits at t lets flexible
+    jobs take the only pool of jobs arriving later)."""
+    pool_gpus = np.bincount(lay.gpu_pool, minlength=lay.P)  # (P,)
+    jobs = [j for j in rigid if lay.arrival[j] < end]
+    work = [float(lay.gpus[j] * lay.duration[j]) for j in jobs]
+    for e in elastic:
+        w = float(need[e, t:end].sum() * lay.gpus[e])
+        if w > 0:
+            jobs.append(e)
+            work.append(w)
+    if not jobs:
+        return np.zeros(lay.P, dtype=np.int64)
+    ok = lay.pool_ok[jobs]  # (n, P)
+    per_gpu = np.array(work) / np.maximum(ok.astype(np.int64) @ pool_gpus, 1)  # (n,)
+    return np.rint(per_gpu @ ok).astype(np.int64)
+
+
 def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:
     """(J, T) int64: whole replicas (floor(n_j(t) / gpus_j)) each job holds in
     the time-major owner grid `owner` (T, G), e.g. the cells fixed before

@@ -1,12 +1,18 @@
 """The elastic footprint, and the price of displacing it.
 
-The footprint is the real-time demand still wanted, highest priority first,
-packed highest GPU first around the hard cells (an Occupancy: fixed cells,
+The footprint is the real-time demand still wanted, packed highest GPU first
+around the hard cells (an Occupancy: fixed cells,
 started rigid jobs, the EASY reservation) over the rest of the horizon. A
 rigid job that starts on a block avoiding it (`avoid`: hard | footprint, with
 its free runs) leaves the elastic service untouched; one that starts on it
 displaces what `loss` prices: the priority-weighted service lost when the
-demand is re-packed without that block. Re-packed lazily: columns go stale
+demand is re-packed without that block. The packing order is type-aware
+(`restricted_first`): the services fewer GPUs can hold first (a service
+confined to one type or to 80 GB before one that runs anywhere), then their
+order of service (priority). In plain priority order, services that run
+anywhere land on the last pool, a lower-priority service confined to it then
+looks unservable, and rigid jobs take its only GPUs at an estimated loss of
+0 (issue 25). Re-packed lazily: columns go stale
 when hard cells change where the footprint lies.
 """
 from __future__ import annotations
@@ -14,20 +20,24 @@ from __future__ import annotations
 import numpy as np
 
 from gpualloc.core import blocks as kb
+from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.core.layout import Layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
 
 
 class Footprint:
     def __init__(self, lay: Layout, hard: Occupancy, elastic: list[int], need: np.ndarray,
-                 demand_aware: bool = True):
+                 demand_aware: bool = True, type_aware: bool = True):
         """`elastic`: the services in their order of service; `need` (J, T):
-        replicas each still wants."""
+        replicas each still wants; `type_aware`: pack the most restricted
+        services first (else in the order of service)."""
         T, G = lay.T, lay.G
         self.lay, self.hard, self.elastic, self.need = lay, hard, elastic, need
         self.demand_aware = demand_aware
         self.el = np.array(elastic, dtype=np.int64)
+        self.order = (restricted_first(lay, elastic) if type_aware and elastic
+                      else np.arange(len(elastic), dtype=np.int64))  # (E,) packing order
+        self.subsets = unions(lay, elastic) if type_aware and elastic else None  # (U, P)
         self.weight = lay.priority[self.el] * lay.gpus[self.el]  # (E,) value of a replica-step
         self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
         self.served = np.zeros((len(elastic), T), dtype=np.int64)  # (E, T) replicas packed
@@ -61,11 +71,17 @@ class Footprint:
             return
         if self.elastic and self.demand_aware:
             free = ~self.hard.busy[lo:hi]  # (C, G)
-            self.served[:, lo:hi] = fill_elastic(self.lay, free, None, self.elastic,
-                                                 self.need[self.el, lo:hi], high=True)
+            self.served[:, lo:hi] = self.pack(free, lo, hi)
             self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
         self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
         kb.update_columns(self.avoid, self.run, t, hi)
+
+    def pack(self, free: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """(E, C) replicas served (rows in the order of service) when the
+        demand of [lo, hi) is packed, in the packing order, into `free` (C, G)
+        bool, which is updated."""
+        return serve(self.lay, free, None, self.elastic, self.need[self.el, lo:hi], True,
+                     self.subsets, self.order)
 
     def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over [t, end)
@@ -78,8 +94,7 @@ class Footprint:
         for i, g in enumerate(cand.tolist()):
             free = ~self.hard.busy[t:end]  # (L, G)
             free[:, g:g + k] = False
-            served = fill_elastic(self.lay, free, None, self.elastic, self.need[self.el, t:end],
-                                  high=True)
+            served = self.pack(free, t, end)
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
         return out
 

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from gpualloc.core.blocks import best_displacing, earliest, fewest_left
+from gpualloc.core.classes import unions
 
 
 @njit(cache=True)
@@ -78,23 +79,9 @@ class DemandGuard:
         """demand: (J, T) replicas still to serve; free: (T, G) bool GPUs no
         rigid job or fixed cell holds; elastic: the placeable elastic jobs."""
         P, T = lay.P, lay.T
-        masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
-        subsets = set(masks)
-        grown = True
-        while grown and len(subsets) <= max_subsets:
-            grown = False
-            for a in list(subsets):
-                for b in masks:
-                    u = tuple(x or y for x, y in zip(a, b))
-                    if u not in subsets:
-                        subsets.add(u)
-                        grown = True
-        if len(subsets) > max_subsets:  # too many pools: the single masks and their union
-            subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
-        subsets = sorted(subsets)
-        U = len(subsets)
-        self.U = U
-        self.subset_pools = np.array(subsets, dtype=np.bool_).reshape(U, P)  # (U, P)
+        subsets = unions(lay, elastic, max_subsets)
+        U = self.U = subsets.shape[0]
+        self.subset_pools = subsets  # (U, P)
         self.subset_priority = np.zeros(U, dtype=np.float64)
         self.subset_replica = np.ones(U, dtype=np.int64)
         need = np.zeros((U, T), dtype=np.int64)

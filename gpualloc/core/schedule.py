@@ -21,7 +21,7 @@ from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
+from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.scenario import Scenario
 
 
@@ -46,6 +46,7 @@ class Schedule:
         demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         self.elastic_order = service_order(s, self.elastic, narrow_first=True)
+        self.classes = unions(lay, self.elastic, max_subsets) if self.elastic else None  # (U, P)
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -233,16 +234,19 @@ class Schedule:
         return float((lay.priority[j] * lay.gpus[j] * steps).sum())
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
-        """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free,
-        highest priority first, lowest free blocks; updates the per-step
+        """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free:
+        the replicas Hall's condition admits by priority, packed lowest free
+        blocks first, the most restricted services first
+        (gpualloc.core.classes.serve); updates the per-step
         elastic value and, when `owner` (T, G) is given, writes the replicas."""
         lay = self.lay
         t1 = self.T if t1 is None else t1
         jobs = [j for j in self.elastic_order if lay.arrival[j] < t1]
         free = ~self.busy[t0:t1]  # (C, G)
         before = free.sum(1)
-        served = fill_elastic(lay, free, None if owner is None else owner[t0:t1], jobs,
-                              self.demand[jobs, t0:t1])
+        served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
+                       self.demand[jobs, t0:t1], False, self.classes,
+                       restricted_first(lay, jobs) if jobs else None)
         value = np.zeros(t1 - t0, dtype=np.float64)
         for i, j in enumerate(jobs):
             value += served[i] * (lay.priority[j] * lay.gpus[j])

@@ -3,20 +3,15 @@
 At each timestep t:
 - Rigid jobs that have arrived are scanned in priority order (ties: arrival,
   then scenario order). A job starts on a free block, best fit, if the known
-  elastic demand over its whole run still fits on the GPUs rigid jobs leave
-  free (demand-aware). "Fits" is tested against the elastic *footprint*: the
-  demand of every elastic job, highest priority first, packed highest GPU
-  first around the cells rigid jobs hold, over the rest of the horizon. A
-  block that avoids the footprint leaves the elastic service untouched; for
-  the first few blocked jobs, a block that overlaps it is re-packed exactly
-  (the elastic demand without that block): no loss, it starts.
-- Displacement (GreedyConfig.displace): a job the elastic demand would keep
-  waiting may still take such a block when its value minus the
-  priority-weighted elastic service it displaces beats its value at its
-  earliest demand-safe start (0 when there is none). When the other waiting
-  jobs could fill the free GPUs anyway, only a job with no demand-safe start
-  at all displaces. Without displacement, a job as large as the cluster never
-  runs beside a service that always wants a replica.
+  elastic demand over its whole run still fits beside it (demand-aware),
+  tested against the elastic *footprint* (gpualloc.core.footprint): a block
+  that avoids it leaves the service untouched; for the first few blocked
+  jobs, a block on it is re-packed exactly: no loss, it starts.
+- Displacement (GreedyConfig.displace): a job the demand would keep waiting
+  may still take such a block when its value net of the service it displaces
+  beats its value at its earliest demand-safe start (0 if none; when the
+  other waiting jobs could fill the free GPUs, only a job with no such start
+  displaces): else a job as large as the cluster never runs.
 - Preemption (GreedyConfig.preempt, scenarios with preemptible jobs): a job
   that cannot start may evict running preemptible jobs of strictly lower
   priority when that frees a block for it now (Kueue and KAI's priority
@@ -35,10 +30,10 @@ At each timestep t:
   now: a rigid job only starts when the elastic demand at t still fits beside
   it (or is worth displacing), so elastic work is served first either way.
 
-Rigid best fit: the block whose GPUs the fewest waiting jobs can use (keeps
-scarce GPU types for the jobs that need them), then the node left with the
-fewest free GPUs, then the shortest run of whole free nodes (keeps long runs
-for multi-node gangs), then the shortest free run, then the lowest index.
+Rigid best fit: the block whose pools the least work wants over the job's
+run (fit_ahead: gpualloc.core.pool_demand; else the fewest waiting jobs),
+then the node left with the fewest free GPUs, the shortest run of whole free
+nodes (kept for gangs), the shortest free run, the lowest index.
 
 Jobs in `Scenario.fixed` are done or running: rigid ones are not scheduled
 again; elastic ones are served on top of the replicas their fixed cells hold.
@@ -54,8 +49,8 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
-                           time_major)
+from gpualloc.core import (fixed_jobs, owner_of, pool_demand, priority_order, service_order,
+                           still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.guarantee import planning_fixed
@@ -110,11 +105,12 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
     run = np.zeros(G, dtype=np.int64)
     runs_in_nodes(free, gpu_node, node_first, node_end, run)
     W = G + 1
+    cap = (2 ** 62) // (W * W * W * W)  # the first term's room in an int64 key
     for i in range(cand.shape[0]):
         b = cand[i]
         node = gpu_node[b]
         left = max(node_free[node] - k, 0)
-        scarce = want_cs[b + k] - want_cs[b]
+        scarce = min(want_cs[b + k] - want_cs[b], cap)
         key = (scarce * W + left) * W + min(node_run[node], G)
         out[i] = (key * W + min(run[b], G)) * W + b
 
@@ -150,20 +146,23 @@ class _Greedy:
         self.weight = lay.priority * lay.gpus
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
         # The elastic footprint and the grid a new rigid job must avoid (core).
-        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware)
+        self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware,
+                              cfg.type_aware)
         self.now = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- rigid jobs -------------------------------------------------------------------
-    def want_cs(self, waiting: list[int]) -> np.ndarray:
-        """(G + 1,) int64 prefix sums of how many waiting rigid jobs and elastic
-        jobs can use each GPU."""
+    def want_cs(self, waiting: list[int], j: int | None = None, t: int = 0) -> np.ndarray:
+        """(G + 1,) int64 prefix sums of the work that may want each GPU: with
+        fit_ahead, over j's run from t (core.pool_demand); else how many
+        waiting rigid jobs and services can use it."""
         lay = self.lay
-        per_pool = lay.pool_ok[waiting + self.elastic].sum(0) if waiting or self.elastic \
-            else np.zeros(lay.P, dtype=np.int64)
-        out = np.zeros(lay.G + 1, dtype=np.int64)
-        np.cumsum(per_pool[lay.gpu_pool], out=out[1:])
-        return out
+        if j is not None and self.cfg.fit_ahead:
+            per_pool = pool_demand(lay, self.queue, self.elastic, self.need, t,
+                                   t + self.length(j, t))
+        else:
+            per_pool = lay.pool_ok[waiting + self.elastic].sum(0, dtype=np.int64)  # (P,)
+        return np.concatenate([[0], np.cumsum(per_pool[lay.gpu_pool])]).astype(np.int64)
 
     def fit_key(self, j: int, cand: np.ndarray, free_t: np.ndarray,
                 want_cs: np.ndarray) -> np.ndarray:
@@ -337,7 +336,7 @@ class _Greedy:
             self.foot.touch(start, end)
             self.foot.changed(start, end, first, k)
         self.foot.refresh(t)
-        want_cs = self.want_cs(waiting)
+        want_cs_now = None if self.cfg.fit_ahead else self.want_cs(waiting)
         # Which jobs have a footprint-free block now (or one free of hard cells).
         maybe = {j: kb.any_free(self.foot.run, lay.blocks(j), int(lay.gpus[j]), t,
                                 self.length(j, t)) for j in waiting}
@@ -349,6 +348,7 @@ class _Greedy:
                                 if lay.preemptible[r]]
 
         def start(j: int) -> bool:
+            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
             ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
             if (not ok and maybe_hard[j]
                     and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
@@ -358,6 +358,7 @@ class _Greedy:
             return ok
 
         def reserve(j: int) -> bool:
+            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
             return self.reserve(j, t, want_cs,
                                 self.foot.repacks - repacks_before < self.cfg.repack_jobs)
 

@@ -1,0 +1,95 @@
+"""Real-time service by compatibility class (issue 25): who is served, and
+where, when services may use different GPU types.
+
+A service's class is the set of pools it may use (its types and memory).
+Hall's condition over every union of classes says which replica counts fit
+at all; `hall_served` takes them in the order of service (priority), so a
+service that runs anywhere never takes the only GPUs of a lower-priority
+service confined to one type while other GPUs would do. `serve` then packs
+those counts, the most restricted services first (`restricted_first`). The
+demand guard (gpualloc.core.guard) checks the same condition over the rigid
+jobs' runs; the footprint (gpualloc.core.footprint) and the Schedule's
+elastic service (gpualloc.core.schedule) pack with `serve`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gpualloc.core.pack import fill_elastic
+
+
+def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
+    """(U, P) bool: every union of the pool sets (compatibility classes) of
+    the services `elastic`, sorted; beyond max_subsets, the single sets and
+    their union."""
+    P = lay.P
+    masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
+    subsets = set(masks)
+    grown = True
+    while grown and len(subsets) <= max_subsets:
+        grown = False
+        for a in list(subsets):
+            for b in masks:
+                u = tuple(x or y for x, y in zip(a, b))
+                if u not in subsets:
+                    subsets.add(u)
+                    grown = True
+    if len(subsets) > max_subsets:  # too many pools: the single masks and their union
+        subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
+    return np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
+
+
+def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.ndarray
+                ) -> np.ndarray:
+    """(E, C) int64: replicas of `jobs` (in order of service, i.e. priority)
+    that Hall's condition admits in each column of `free` (C, G) bool, need
+    (E, C) wanted: each service in turn takes as many as every union of
+    classes holding its pool set still has free GPUs for. For 1-GPU replicas
+    this is the priority-optimal service (a transversal matroid, greedy by
+    weight); larger replicas may still fail to pack into blocks."""
+    free_u = subset_pools[:, lay.gpu_pool].astype(np.int64) @ free.T.astype(np.int64)  # (U, C)
+    out = np.zeros(need.shape, dtype=np.int64)
+    for i, j in enumerate(jobs):
+        k = int(lay.gpus[j])
+        holds = (~lay.pool_ok[j][None, :] | subset_pools).all(1)  # (U,) unions holding j's set
+        n = np.minimum(need[i], (free_u[holds] // k).min(0))  # (C,)
+        out[i] = n
+        free_u[holds] -= n * k
+    return out
+
+
+def restricted_first(lay: Layout, elastic: list[int]) -> np.ndarray:
+    """(E,) int64: positions in `elastic` (services in their order of service)
+    in the footprint's packing order: the fewest compatible GPUs first, ties
+    in the given order."""
+    compat = lay.pool_ok[np.asarray(elastic, dtype=np.int64)].astype(np.int64) \
+        @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (E,) GPUs each can use
+    return np.array(sorted(range(len(elastic)), key=lambda i: (int(compat[i]), i)),
+                    dtype=np.int64)
+
+
+def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need: np.ndarray,
+          high: bool, subsets: np.ndarray | None, order: np.ndarray | None) -> np.ndarray:
+    """(E, C) int64 replicas of `jobs` (in order of service) served in the
+    columns of `free` (C, G) bool, which is updated (and `owner` (C, G) when
+    given), need (E, C): with `subsets` (unions of classes), per column the
+    better (priority x GPUs) of the counts Hall's condition admits by
+    priority, packed in `order` (positions in `jobs`, e.g. restricted_first),
+    and fill_elastic in the order of service; without, the latter only."""
+    if subsets is None or not len(jobs):
+        return fill_elastic(lay, free, owner, jobs, need, high=high)
+    plain_free = free.copy()
+    plain_owner = None if owner is None else owner.copy()
+    plain = fill_elastic(lay, plain_free, plain_owner, jobs, need, high=high)  # (E, C)
+    admitted = hall_served(lay, subsets, free, jobs, need)
+    out = np.zeros(need.shape, dtype=np.int64)
+    out[order] = fill_elastic(lay, free, owner, [jobs[i] for i in order.tolist()],
+                              admitted[order], high=high)
+    w = (lay.priority[jobs] * lay.gpus[jobs]).astype(np.float64)  # (E,) value of a replica
+    keep = w @ plain > w @ out  # (C,) columns where the plain fill serves more
+    if keep.any():
+        out[:, keep] = plain[:, keep]
+        free[keep] = plain_free[keep]
+        if owner is not None:
+            owner[keep] = plain_owner[keep]
+    return out

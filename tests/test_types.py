@@ -1,0 +1,109 @@
+"""Issue 25: mixed GPU types. The elastic footprint is type-aware (Hall's
+condition per compatibility class decides who is served, the most restricted
+services are packed first), greedy's fit key weighs the work still to come
+on each pool, and greedy clears the plain priority backfill on the
+broad_types family."""
+import numpy as np
+import pytest
+
+from gpualloc.check import check
+from gpualloc.config import GreedyConfig
+from gpualloc.core.classes import hall_served, unions
+from gpualloc.core.layout import layout
+from gpualloc.metrics import weighted_throughput
+from gpualloc.policies import POLICIES
+from gpualloc.policies.backfill import backfill
+from gpualloc.policies.greedy import greedy
+from gpualloc.scenario.generate import generate
+from helpers import composed
+from scenarios import elastic, rigid, scen
+
+# An 8-GPU A100 node (GPUs 0-7), then two 4-GPU L40S nodes (8-15).
+POOLS = [(1, 8, "A100"), (2, 4, "L40S")]
+
+
+def confined_service():
+    """A service that runs anywhere (priority 10, 8 replicas) beside one confined
+    to L40S (priority 5, 4 replicas) and two low-priority 4-GPU jobs: only one
+    of them fits beside the demand (on the A100 node)."""
+    return scen(POOLS, [elastic("any", 1, [8] * 6, priority=10),
+                        elastic("l40s", 1, [4] * 6, priority=5, gpu_types=["L40S"]),
+                        rigid("a", 4, 6), rigid("b", 4, 6)])
+
+
+def test_hall_served_protects_the_confined_service():
+    s = confined_service()
+    lay = layout(s)
+    jobs = [0, 1]  # order of service: any (10), then l40s (5)
+    free = np.ones((1, lay.G), dtype=np.bool_)
+    need = np.array([[8], [4]])
+    assert hall_served(lay, unions(lay, jobs), free, jobs, need).tolist() == [[8], [4]]
+    # One L40S node taken: 12 GPUs, 4 of them L40S, still room for both
+    # (a packing in priority order onto the highest GPUs puts "any" there).
+    free[0, 8:12] = False
+    assert hall_served(lay, unions(lay, jobs), free, jobs, need).tolist() == [[8], [4]]
+    free[0, 0:4] = False  # 8 GPUs left: "any" (higher priority) takes them all
+    assert hall_served(lay, unions(lay, jobs), free, jobs, need).tolist() == [[8], [0]]
+    need = np.array([[6], [4]])  # the pair's union has 2 left for the confined one
+    assert hall_served(lay, unions(lay, jobs), free, jobs, need).tolist() == [[6], [2]]
+
+
+@pytest.mark.parametrize("type_aware", [True, False])
+def test_type_aware_footprint_keeps_the_confined_service(type_aware):
+    s = confined_service()
+    cfg = GreedyConfig(variants=False, type_aware=type_aware)  # off by default
+    owner = greedy(s, cfg).owner
+    assert check(s, owner).ok
+    l40s = (owner[8:] == 1).sum(0)  # (T,) GPUs the confined service holds
+    rigid_gpus = (owner >= 2).sum(0)
+    if type_aware:
+        # Both services served in full; one 4-GPU job on the A100 node.
+        assert l40s.tolist() == [4] * 6 and rigid_gpus.tolist() == [4] * 6
+        assert ((owner[:8] >= 2).sum(0) == 4).all()
+    else:
+        # The priority-order packing put "any" on the L40S nodes: the confined
+        # service looked unservable, both rigid jobs took the A100 node.
+        assert l40s.sum() < 24 and rigid_gpus.tolist() == [8] * 6
+    assert weighted_throughput(s, owner) == (
+        6 * (8 * 10 + 4 * 5 + 4) if type_aware else weighted_throughput(s, owner))
+
+
+def test_type_aware_footprint_beats_priority_packing():
+    s = confined_service()
+    new = weighted_throughput(s, greedy(s, GreedyConfig(variants=False, type_aware=True)).owner)
+    old = weighted_throughput(s, greedy(s, GreedyConfig(variants=False, type_aware=False)).owner)
+    assert new > old
+
+
+def flexible_then_confined():
+    """An 8-GPU job that runs anywhere arrives first; an H100-only 8-GPU job
+    arrives one step later. H100 node first (GPUs 0-7), A100 node after."""
+    return scen([(1, 8, "H100"), (1, 8, "A100")],
+                [rigid("flex", 8, 10, priority=2), rigid("h100", 8, 10, arrival=1, priority=2,
+                                                       gpu_types=["H100"])], horizon=12)
+
+
+@pytest.mark.parametrize("fit_ahead", [True, False])
+def test_fit_key_keeps_the_pool_a_later_job_needs(fit_ahead):
+    s = flexible_then_confined()
+    owner = greedy(s, GreedyConfig(variants=False, fit_ahead=fit_ahead)).owner
+    assert check(s, owner).ok
+    h100_start = int(np.nonzero((owner[:8] == 1).any(0).numpy())[0][0])
+    if fit_ahead:  # the flexible job took the A100 node: the H100 job starts on arrival
+        assert (owner[8:, 0] == 0).all() and h100_start == 1
+    else:  # counted only what waits at 0: the tie went to the lowest index
+        assert (owner[:8, 0] == 0).all() and h100_start == 10
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_clears_the_plain_backfill_on_broad_types(seed):
+    # The floor: backfill.py is the plain rule (priority order, lowest block,
+    # real-time first at each step, no guard, no look-ahead). Greedy's own
+    # rule is compared (variants off: by default greedy also keeps backfill's
+    # plan when it is better, which would make the floor hold by construction).
+    cfg = composed("+scenario=broad_types", "greedy.variants=false")
+    s = generate(cfg.scenario, seed)
+    plain = backfill(s).owner
+    ours = POLICIES["greedy"](s, cfg, "cpu").owner
+    assert check(s, plain).ok and check(s, ours).ok
+    assert weighted_throughput(s, ours) >= weighted_throughput(s, plain)
