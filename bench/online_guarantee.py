@@ -87,8 +87,6 @@ def summarize(rows: list[dict]) -> dict:
                 continue
             row[f"{p}_shortfall"] = [get(name, s, p, "guaranteed", "guarantee_shortfall")
                                      for s in seeds]
-            row[f"{p}_free_shortfall"] = [get(name, s, p, "free", "guarantee_shortfall")
-                                          for s in seeds]
             row[f"{p}_lost_pct"] = statistics.mean(
                 100 * (1 - get(name, s, p, "guaranteed", "weighted_throughput")
                        / get(name, s, p, "free", "weighted_throughput")) for s in seeds)
@@ -110,11 +108,10 @@ def markdown(result: dict) -> str:
              "(restart_cost 1), greedy.preempt and solver.preempt on. `guaranteed`: "
              "`min_served=1.0` on every real-time service; `free`: the same scenario without. "
              "Every plan checked against rules 1-3. Short: replicas below rule 4's guarantee "
-             "summed over services and steps, per seed (in the free run: what the guarantee "
-             "would have asked). Lost: 1 - guaranteed / free weighted throughput of the same "
+             "summed over services and steps, per seed. Lost: 1 - guaranteed / free weighted throughput of the same "
              "policy online, mean over seeds.", "",
-             "| scenario | seeds | greedy short (free run) | greedy lost | greedy preemptions "
-             "| allocator short (free run) | allocator lost | allocator preemptions |",
+             "| scenario | seeds | greedy short | greedy lost | greedy preemptions "
+             "| allocator short | allocator lost | allocator preemptions |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in result["summary"].items():
         if not r["seeds"]:
@@ -123,7 +120,7 @@ def markdown(result: dict) -> str:
             continue
         cells = []
         for p in POLICIES:
-            cells += [f"{r[p + '_shortfall']} ({r[p + '_free_shortfall']})",
+            cells += [f"{r[p + '_shortfall']}",
                       f"{r[p + '_lost_pct']:.2f}%", f"{r[p + '_preemptions']:.1f}"]
         lines.append(f"| {name} | {r['seeds']} | " + " | ".join(cells) + " |")
     left = {n: r["impossible_seeds"] for n, r in result["summary"].items()
