@@ -25,6 +25,12 @@ class OnlineConfig:
     """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
     headroom: float = 1.0
     """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
+    guarantee_headroom: float = 0.0
+    """Guaranteed services (min_served > 0): each replan plans their guarantee
+    on a forecast raised by this share (0.25: a quarter above the forecast),
+    rounded up, so rigid work leaves room for demand above it. 0: the
+    forecast as it is. Whatever the forecast, the step where actual demand
+    rises reclaims GPUs from work that may yield (gpualloc.online.loop)."""
     discount: float = 0.05
     """The allocator's per-step discount in each replan (solver.discount): a
     plan of the known jobs is indifferent to postponing work the horizon does
@@ -97,3 +103,4 @@ class OnlineConfig:
         r.number("ewma_alpha", "(0, 1]")
         r.number("period_steps", "[1, inf)", integer=True, null=True)
         r.number("headroom", "(0, inf)")
+        r.number("guarantee_headroom", "[0, inf)")

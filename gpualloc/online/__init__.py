@@ -60,6 +60,18 @@ are executed:
   that arrive between two replans are served this way too. The forecast thus
   shapes where rigid jobs go, not how much real-time traffic is served on
   GPUs left free.
+- rule 4 online (`min_served`; gpualloc.online.serve): at a step where a
+  guaranteed service still holds fewer replicas than its guarantee of the
+  actual demand, the step takes GPUs from work that may yield
+  (gpualloc.core.reclaim): idle GPUs, then replicas above their own
+  service's guarantee (lower priorities first), then preemptible rigid jobs
+  (lowest priority first, only those the packing needs), each preempted
+  there: its segment ends at that step and it requeues with its remaining
+  progress plus its restore, placed again by a later replan. What
+  non-preemptible committed work holds never yields: the replicas still
+  missing are the plan's `guarantee_shortfall`. `online.guarantee_headroom`
+  raises the guaranteed services' forecast in each view, so rigid work
+  leaves room ahead of it.
 
 The result is one plan of the whole scenario; `run` checks it like any other.
 FIFO is online by nature (its queue needs no future) and runs unchanged; note

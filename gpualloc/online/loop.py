@@ -6,16 +6,14 @@ import copy
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
-from gpualloc.core import fixed_jobs, priority_order, service_order
+from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.footprint import worth_displacing
-from gpualloc.core.layout import layout
-from gpualloc.core.pack import fill_elastic
 from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.online.observe import Oracle
+from gpualloc.online.serve import serve
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
@@ -88,7 +86,8 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner)
-        _serve(s, v, index, planned, tau, stop, owner)
+        if serve(s, v, index, planned, tau, stop, owner, committed):
+            progress = _trim_done(s, owner)  # preempted at a step of the window
         bar.update(stop - tau)
         bar.set_postfix(replans=replans + arrival_replans, refresh=False)
         tau = stop
@@ -311,32 +310,3 @@ def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:
         t = torch.arange(s.T).expand(s.G, s.T)
         owner[(owner >= 0) & late[j, t]] = IDLE
     return seg.progress  # cells after done were not progress: trimming changes none
-
-
-def _serve(s, v, index, planned, tau, stop, owner) -> None:
-    # Real-time replicas meet the actual demand of each step of the window:
-    # planned replicas up to demand, then free GPUs for what is unmet.
-    lay = layout(s)
-    R = stop - tau
-    window = owner[:, tau:stop].T.numpy()  # (R, G) a copy, written back below
-    actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
-    plan = planned[:, :R].T.numpy()  # (R, G)
-    unmet = actual.copy()
-    for vj in range(v.J):
-        if v.jobs[vj].rigid:
-            continue
-        j = index[vj]
-        mine = (plan == vj) & (window == IDLE)  # (R, G)
-        # The lowest planned blocks, up to demand.
-        kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
-        unmet[j] -= kept[0]
-    order = service_order(s, [j for j in range(s.J) if lay.arrival[j] < stop
-                              and (unmet[j] > 0).any()])
-    # Rule 4 is aimed at: each service's guaranteed replicas (of the actual
-    # demand) first, all services in priority order, then the rest.
-    kept_all = actual - unmet
-    short = np.minimum(np.maximum(s.guaranteed.numpy()[:, tau:stop] - kept_all, 0), unmet)
-    served = fill_elastic(lay, window == IDLE, window, order, short[order])
-    unmet[order] -= served
-    fill_elastic(lay, window == IDLE, window, order, unmet[order])
-    owner[:, tau:stop] = torch.from_numpy(window.T)

@@ -83,6 +83,11 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
+    if o.guarantee_headroom > 0:  # guaranteed services: room above the forecast
+        held = torch.tensor([k.min_served > 0 for k in obs.known if k.demand is not None],
+                            dtype=torch.bool)  # (E,)
+        raised = torch.ceil(future * (1 + o.guarantee_headroom) - 1e-9).long()
+        future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
     return view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)

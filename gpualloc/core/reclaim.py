@@ -1,0 +1,105 @@
+"""Reclaiming one timestep for the guarantee (PROBLEM.md rule 4, online):
+when the actual demand of step t is known only at t, the guaranteed
+replicas take GPUs from work that may yield, in this order:
+
+1. idle GPUs;
+2. GPUs held by real-time replicas above their own service's guarantee
+   (every service's guaranteed replicas are packed before any replica above
+   a guarantee, and those go in service order, so the lower priorities yield
+   first);
+3. preemptible rigid jobs, lowest priority first (then the higher restore
+   cost last, then the later index first): each one cut at t ends its
+   segment there and pays its restore when it runs again. Only the jobs
+   whose GPUs the guarantee needs are cut: after a packing is found, each
+   cut is undone again (the last first) where the packing holds without it.
+
+What non-preemptible rigid work holds never yields: the replicas that still
+do not fit are the step's shortfall. The column is re-packed with the same
+elastic fill as everywhere (gpualloc.core.pack), falling back on the
+guarantee's exhaustive search (gpualloc.core.guarantee) when first fit
+leaves a guaranteed replica out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpualloc.core.guarantee import AIM_STEPS, _search
+from gpualloc.core.pack import fill_elastic
+from gpualloc.plan import IDLE
+
+
+@dataclass
+class Reclaimed:
+    column: np.ndarray
+    """(G,) int64 the step's new owners."""
+    cut: list[int]
+    """Preemptible jobs preempted at this step (they hold nothing in `column`)."""
+    short: int
+    """Guaranteed replicas still missing at this step (non-preemptible work holds the rest)."""
+
+
+def held_replicas(lay, column: np.ndarray, jobs) -> np.ndarray:
+    """(len(jobs),) replicas each job holds in `column` (G,): floor(cells / gpus)."""
+    counts = np.bincount(column[column >= 0], minlength=len(lay.gpus))
+    jobs = np.asarray(jobs, dtype=np.int64)
+    return counts[jobs] // lay.gpus[jobs]
+
+
+def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarray,
+                     guaranteed: np.ndarray) -> tuple[np.ndarray, int]:
+    """`base` (G,) with the `released` jobs' GPUs freed and every service's
+    guaranteed replicas packed there (first fit, then the exhaustive search).
+    Returns the column and the guaranteed replicas left out."""
+    col = base.copy()
+    col[np.isin(col, released)] = IDLE
+    free = col == IDLE
+    first = col.copy()
+    served = fill_elastic(lay, free.copy()[None, :], first[None, :], order,
+                          guaranteed[order][:, None])[:, 0]
+    short = int((guaranteed[order] - served).sum())
+    if short == 0:
+        return first, 0
+    replicas = [int(j) for j, n in zip(order, guaranteed[order]) for _ in range(int(n))]
+    found = _search(lay, free, replicas, AIM_STEPS)
+    if found is None:
+        return first, short
+    for j, b in zip(replicas, found):
+        col[b:b + lay.gpus[j]] = j
+    return col, 0
+
+
+def reclaim(lay, column: np.ndarray, order, guaranteed: np.ndarray,
+            wanted: np.ndarray) -> Reclaimed | None:
+    """The step `column` (G,) int64 re-packed so that the services in `order`
+    (service order) hold their `guaranteed` replicas (J,), taking GPUs as the
+    module docstring says, then up to `wanted` (J,) replicas each on what is
+    left. None when that leaves no fewer guaranteed replicas short than
+    `column` does (it is then kept as it is)."""
+    order = np.asarray(order, dtype=np.int64)
+    now_short = int(np.maximum(guaranteed[order] - held_replicas(lay, column, order), 0).sum())
+    if now_short == 0:
+        return None
+    base = column.copy()
+    base[(base >= 0) & ~lay.rigid[np.maximum(base, 0)]] = IDLE  # every replica re-packed
+    present = np.unique(base[base >= 0])
+    donors = sorted((int(j) for j in present if lay.preemptible[j]),
+                    key=lambda j: (lay.priority[j], -lay.restart_cost[j], -j))
+    released: list[int] = []
+    col, short = _pack_guaranteed(lay, base, released, order, guaranteed)
+    for j in donors:
+        if short == 0:
+            break
+        released = released + [j]  # kept even when alone it frees no block: two may
+        col, short = _pack_guaranteed(lay, base, released, order, guaranteed)
+    for j in reversed(list(released)):  # cut only what the packing needs
+        trial = [x for x in released if x != j]
+        c2, s2 = _pack_guaranteed(lay, base, trial, order, guaranteed)
+        if s2 <= short:
+            released, col, short = trial, c2, s2
+    if short >= now_short:
+        return None
+    rest = np.maximum(wanted[order] - held_replicas(lay, col, order), 0)
+    fill_elastic(lay, (col == IDLE)[None, :], col[None, :], order, rest[:, None])
+    return Reclaimed(column=col, cut=released, short=short)

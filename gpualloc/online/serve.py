@@ -1,0 +1,84 @@
+"""The autoscaler step of the online loop: real-time replicas meet the
+actual demand of each step of a window, and the guarantee (rule 4) takes
+GPUs from work that may yield (gpualloc.core.reclaim) where the plan left
+it short."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gpualloc.core import service_order
+from gpualloc.core.layout import layout
+from gpualloc.core.pack import fill_elastic
+from gpualloc.core.reclaim import held_replicas, reclaim
+from gpualloc.online.view import Committed
+from gpualloc.plan import IDLE
+from gpualloc.scenario import Scenario
+
+
+def serve(s: Scenario, v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
+          stop: int, owner: torch.Tensor, committed: Committed) -> list[int]:
+    """Serve steps tau..stop-1 of `owner` (G, T), written in place: planned
+    replicas up to the actual demand, then free GPUs for what is unmet
+    (guaranteed replicas first); then, at each step (in time order) where a
+    guaranteed service is still short, `reclaim`. A preemptible job cut
+    there ends its segment at that step (its later cells freed, `committed`
+    updated; it requeues). Returns the jobs cut."""
+    lay = layout(s)
+    R = stop - tau
+    window = owner[:, tau:stop].T.numpy()  # (R, G) a copy, written back below
+    actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
+    plan = planned[:, :R].T.numpy()  # (R, G)
+    unmet = actual.copy()
+    for vj in range(v.J):
+        if v.jobs[vj].rigid:
+            continue
+        j = index[vj]
+        mine = (plan == vj) & (window == IDLE)  # (R, G)
+        # The lowest planned blocks, up to demand.
+        kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
+        unmet[j] -= kept[0]
+    order = service_order(s, [j for j in range(s.J) if lay.arrival[j] < stop
+                              and (actual[j] > 0).any()])
+    guaranteed = s.guaranteed.numpy()[:, tau:stop]  # (J, R)
+    _fill(lay, window, order, guaranteed, actual)
+    cut: list[int] = []
+    if guaranteed[order].any():
+        later = owner[:, stop:]  # (G, T - stop) a view: cut jobs' cells after the window
+        for c in range(R):
+            got = reclaim(lay, window[c], order, guaranteed[:, c], actual[:, c])
+            if got is None:
+                continue
+            window[c] = got.column
+            for j in got.cut:
+                window[c:][window[c:] == j] = IDLE
+                later[later == j] = IDLE
+                _requeue(committed, j, tau, c, owner, window)
+                cut.append(j)
+            if got.cut and c + 1 < R:  # freed GPUs serve the later steps
+                _fill(lay, window[c + 1:], order, guaranteed[:, c + 1:], actual[:, c + 1:])
+    owner[:, tau:stop] = torch.from_numpy(window.T)
+    return cut
+
+
+def _fill(lay, window: np.ndarray, order: list[int], guaranteed: np.ndarray,
+          actual: np.ndarray) -> None:
+    """Free GPUs of `window` (C, G) to the services in `order`: each one's
+    guaranteed replicas first (all services), then the rest of its demand."""
+    if not order or not len(window):
+        return
+    held = np.stack([held_replicas(lay, col, order) for col in window], 1)  # (E, C)
+    short = np.maximum(guaranteed[order] - held, 0)
+    served = fill_elastic(lay, window == IDLE, window, order, short)
+    unmet = np.maximum(actual[order] - held - served, 0)
+    fill_elastic(lay, window == IDLE, window, order, unmet)
+
+
+def _requeue(committed: Committed, j: int, tau: int, c: int, owner: torch.Tensor,
+             window: np.ndarray) -> None:
+    """Job j preempted at step tau + c: its segment ends there; a job that
+    never ran goes back to the queue as not started (no restore to pay)."""
+    committed.end[j] = tau + c
+    if not bool((owner[:, :tau] == j).any()) and not (window[:c] == j).any():
+        committed.start.pop(j, None)
+        committed.end.pop(j, None)

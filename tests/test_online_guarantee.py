@@ -1,0 +1,87 @@
+"""Rule 4 online: the step where actual demand jumps above the forecast
+takes GPUs from work that may yield (gpualloc.core.reclaim), and reports
+the shortfall only where non-preemptible work holds them."""
+import numpy as np
+import pytest
+import torch
+
+from scenarios import elastic, one_node, rigid
+from gpualloc.check import check, shortfall
+from gpualloc.config import OnlineConfig, RunConfig, SettingError
+from gpualloc.core.layout import layout
+from gpualloc.core.reclaim import reclaim
+from gpualloc.metrics import metrics
+from gpualloc.online import run_policy
+from gpualloc.plan import IDLE, segments
+
+JUMP = 6  # the step where demand jumps from 1 replica to 4 (the whole node)
+
+
+def jumping(preemptible: bool, horizon: int = 16):
+    """One 8-GPU node: a guaranteed service of 2-GPU replicas whose demand is
+    1 until JUMP, 4 (8 GPUs) for two steps, then 1 again; a 6-GPU training
+    job holds the rest of the node from step 0. The forecast (last_day,
+    nothing seen a day ago) repeats the last observed demand: 1."""
+    demand = [1] * JUMP + [4, 4] + [1] * (horizon - JUMP - 2)
+    extra = {"preemptible": True, "restart_cost": 1} if preemptible else {}
+    return one_node(horizon, [elastic("svc", 2, demand, min_served=1.0),
+                              rigid("train", 6, 10, **extra)])
+
+
+def cfg(every: int) -> RunConfig:
+    return RunConfig(mode="online", online=OnlineConfig(replan_every=every))
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+@pytest.mark.parametrize("every", [1, 6])
+def test_demand_jump_preempts_the_preemptible_job(policy, every):
+    s = jumping(preemptible=True)
+    owner = run_policy(policy, s, cfg(every), torch.device("cpu")).owner
+    assert check(s, owner).ok  # rules 1-3 and rule 4 at every step
+    svc, train = 0, 1
+    assert ((owner[:, JUMP:JUMP + 2] == svc).sum(0) == 8).all()  # four replicas each step
+    seg = segments(s, owner)
+    assert int(seg.preemptions[train].sum()) >= 1
+    assert not (owner[:, JUMP] == train).any()
+    # It ran before the jump and resumes after it, paying its restore.
+    assert (owner[:, :JUMP] == train).any() and (owner[:, JUMP + 2:] == train).any()
+    assert int(seg.restoring[train].sum()) == 1
+    assert metrics(s, owner)["guarantee_shortfall"] == 0
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+def test_non_preemptible_work_leaves_the_shortfall_reported(policy):
+    s = jumping(preemptible=False)
+    owner = run_policy(policy, s, cfg(1), torch.device("cpu")).owner
+    verdict = check(s, owner)
+    assert verdict.ok_but_guarantee and not verdict.ok  # rules 1-3 hold, rule 4 does not
+    short = shortfall(s, owner)
+    # The job keeps its GPUs: the service holds one replica at the jump, three short.
+    assert short[0, JUMP].item() == 3 and short[0, JUMP + 1].item() == 3
+    assert int(short.sum()) == 6 == metrics(s, owner)["guarantee_shortfall"]
+    assert ((owner == 1).sum(0)[:10] == 6).all()  # never cut
+
+
+def test_reclaim_takes_idle_then_excess_then_lowest_priority():
+    # Node of 8: a 2-GPU guaranteed service A (short 2 replicas), B with two
+    # replicas above its guarantee, two preemptible 2-GPU jobs (priorities 1, 5).
+    s = one_node(4, [elastic("A", 2, [3] * 4, min_served=1.0, priority=9),
+                     elastic("B", 1, [2] * 4, priority=2),
+                     rigid("low", 2, 4, priority=1, preemptible=True),
+                     rigid("high", 2, 4, priority=5, preemptible=True)])
+    lay = layout(s)
+    column = np.array([0, 0, 1, 1, 2, 2, 3, 3], dtype=np.int64)
+    guaranteed = np.array([3, 0, 0, 0]); wanted = np.array([3, 2, 0, 0])
+    got = reclaim(lay, column, [0, 1], guaranteed, wanted)
+    # B's replicas (above its guarantee of 0) yield first, then the lowest
+    # priority job; the higher one keeps its GPUs.
+    assert got.cut == [2] and got.short == 0
+    assert (got.column == 0).sum() == 6 and (got.column == 3).sum() == 2
+    assert (got.column == 1).sum() == 0  # nothing left for B's replicas
+    # Already whole: nothing to do.
+    assert reclaim(lay, np.array([0] * 6 + [IDLE] * 2), [0, 1], guaranteed, wanted) is None
+
+
+def test_guarantee_headroom_is_checked():
+    with pytest.raises(SettingError, match="guarantee_headroom"):
+        OnlineConfig(guarantee_headroom=-0.5)
