@@ -67,6 +67,8 @@ def _run_config(overrides: Iterable[str], base: RunConfig | None, settings: dict
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from gpualloc.run import one_line
+
     if base is not None:
         if overrides:
             raise SettingError("overrides: not with a base config (give settings as keywords)")
@@ -78,7 +80,7 @@ def _run_config(overrides: Iterable[str], base: RunConfig | None, settings: dict
         return OmegaConf.to_object(dcfg)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "settings"
-        raise SettingError(f"{key}: {_first_line(e)}") from None
+        raise SettingError(f"{key}: {one_line(e)}") from None
 
 
 def plan(s: Scenario, policy: str = "allocator", *, seed: int = 0, config: RunConfig | None = None,
@@ -196,8 +198,3 @@ def _compose(overrides: list[str]):
             return compose(config_name="config", overrides=overrides)
     except HydraException as e:
         raise SettingError(one_line(e)) from None
-
-
-def _first_line(e: Exception) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
