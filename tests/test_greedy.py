@@ -236,3 +236,16 @@ def test_backfill_is_plain_easy():
     o = backfill(s).owner
     assert check(s, o).ok
     assert [start_of(o, j) for j in range(4)] == [0, 2, 5, 1]
+
+
+@given(scenario_with_fixed(), st.integers(1, 12))
+def test_a_window_is_the_first_steps_of_the_whole_plan(s, window):
+    # Online replans plan only their window: greedy decides each step from
+    # the ones before it, so nothing after the window may change it.
+    cfg = GreedyConfig(variants=False)
+    whole = greedy(s, cfg).owner
+    part = greedy(s, cfg, window=window).owner
+    w = min(window, s.T)
+    assert torch.equal(part[:, :w], whole[:, :w])
+    later = part[:, w:] >= 0  # the fixed cells and the runs of jobs started in the window
+    assert torch.equal(part[:, w:][later], whole[:, w:][later])

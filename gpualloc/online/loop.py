@@ -71,6 +71,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             committed.progress = {j: int(made[j]) for j in committed.start}
         v, index = view_at(s, tau, o, oracle, committed, period)
         v.hint = _hint(previous, index, tau, s.J)
+        v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)
         planned = empty_owner(v)

@@ -68,7 +68,7 @@ def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.greedy import greedy
-    return greedy(s, cfg.greedy, device, rivals(device))
+    return greedy(s, cfg.greedy, device, rivals(device), window=s.window)
 
 
 def _backfill(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

@@ -65,13 +65,17 @@ from gpualloc.scenario import Scenario
 
 
 def greedy(s: Scenario, cfg: GreedyConfig | None = None,
-           device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
+           device: torch.device | str = "cpu", rivals: dict | None = None,
+           window: int | None = None) -> Plan:
     """Greedy's plan of `s` (the placement core runs on the CPU whatever `device`
     says); with `cfg.variants`, the plain EASY backfill's too (`rivals`, from
-    the registry: gpualloc.policies.rivals), the better kept."""
+    the registry: gpualloc.policies.rivals), the better kept. With `window`,
+    steps from there on are left unplanned."""
     cfg = cfg or GreedyConfig()
-    plan = _Greedy(s, cfg).run()
-    if cfg.variants and rivals and "backfill" in rivals:
+    # Greedy decides each step from the steps before it: a window's plan is
+    # the first steps of the whole one. The variant is weighed over every step.
+    plan = _Greedy(s, cfg).run(window)
+    if cfg.variants and rivals and "backfill" in rivals and window is None:
         plain = rivals["backfill"](s)
         if weighted_throughput(s, plain.owner) > weighted_throughput(s, plan.owner):
             plan = Plan(owner=plain.owner, info={**plan.info, "variant": "backfill"})
@@ -398,8 +402,8 @@ class _Greedy:
                 self.owner[t, g:g + k] = e
 
     # ---- main loop ----------------------------------------------------------------------------
-    def run(self) -> Plan:
-        for t in range(self.lay.T):
+    def run(self, window: int | None = None) -> Plan:
+        for t in range(self.lay.T if window is None else min(window, self.lay.T)):
             if self.queue:
                 self.schedule_rigid(t)
             self.serve_elastic(t)

@@ -107,6 +107,11 @@ class Scenario:
     """(G, T) owner grid of a plan to start from, e.g. the last replan's for
     the rigid jobs it knew (online mode); a policy may use it or not. Not
     part of the file format."""
+    window: int | None = None
+    """Steps from 0 of the plan its caller uses (online: a replan's window,
+    the rest is planned again before it runs); a policy that plans step by
+    step may leave later steps unplanned. None: every step. Not part of the
+    file format."""
 
     # ---- sizes -------------------------------------------------------------
     @property
