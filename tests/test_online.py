@@ -277,8 +277,8 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     assert check(s, plan.owner).ok and len(views) == 12
 
 
-@pytest.mark.parametrize("moves", [0, 40])
-def test_each_replan_gets_the_online_search_settings(moves):
+@pytest.mark.parametrize("moves, full_every", [(0, None), (40, None), (40, 4)])
+def test_each_replan_gets_the_online_search_settings(moves, full_every):
     # online.search_moves caps the first walk, online.anneal_moves sets the
     # second (offline settings do not leak into the replans).
     from gpualloc.config import SolverConfig
@@ -297,13 +297,20 @@ def test_each_replan_gets_the_online_search_settings(moves):
         {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
                   "gpus": 2, "duration": 3} for i in range(4)]})
-    c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20)
+    c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20,
+            full_every=full_every)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)
     assert check(s, plan.owner).ok
-    # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there.
-    assert seen == [("best", 30, moves), ("priority", 20, 0)] * 2 + [("best", 30, moves)] * 2
+    # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there,
+    # and at a periodic replan sooner than full_every steps after a full one.
+    full, light = ("best", 30, moves), ("priority", 20, 0)
+    if full_every is None:
+        assert seen == [full, light] * 2 + [full] * 2
+    else:
+        assert seen == [full, light, light, light, full, light]
+    assert plan.info["full_replans"] == seen.count(full)
 
 
 @pytest.mark.parametrize("fill", [True, False])

@@ -57,6 +57,13 @@ class OnlineConfig:
     arrival_search_moves: int = 100
     """replan_on_arrival=light: the allocator's search moves at an arrival
     (250 was no better than 100 on tuning seeds 3-16)."""
+    full_every: Optional[int] = 6
+    """The allocator's full replans (relaxation, search_moves of search) come
+    at most this many steps apart: a periodic replan sooner than that after
+    the last full one is light (as at an arrival: priority builds and the
+    last plan, arrival_search_moves of search), so replanning every step
+    costs about what replanning every full_every steps does. null: every
+    periodic replan is full. No effect on greedy (it plans only the window)."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
@@ -99,6 +106,7 @@ class OnlineConfig:
         r.one_of("replan_on_arrival", ARRIVAL_REPLANS)
         r.number("arrival_search_moves", "[0, inf)", integer=True)
         r.number("replan_every", "[1, inf)", integer=True)
+        r.number("full_every", "[1, inf)", integer=True, null=True)
         r.one_of("forecast", FORECASTS)
         r.number("ewma_alpha", "(0, 1]")
         r.number("period_steps", "[1, inf)", integer=True, null=True)

@@ -40,8 +40,8 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
-    light = cfg  # the policy's plan at an arrival between two replans
-    if o.replan_on_arrival == "light" and getattr(cfg, "solver", None) is not None:
+    light = cfg  # the policy's cheap plan: at an arrival, between two full replans
+    if getattr(cfg, "solver", None) is not None:
         light = copy.deepcopy(cfg)
         light.solver.rounding = "priority"  # no relaxation
         light.solver.local_search_iters = min(cfg.solver.local_search_iters,
@@ -58,7 +58,8 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = arrival_replans = filled = deferred = 0
+    replans = arrival_replans = filled = deferred = full_replans = 0
+    last_full = None  # the step of the last full replan
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
     while tau < s.T:
@@ -76,7 +77,12 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
             on_view(tau, v, index)
         planned = empty_owner(v)
         if v.J:
-            planned = policy(v, cfg if periodic else light, device).owner.cpu().long()
+            full = (periodic and (last_full is None or o.full_every is None
+                                  or tau - last_full >= o.full_every)
+                    or not periodic and o.replan_on_arrival == "full")
+            last_full = tau if full else last_full
+            full_replans += full
+            planned = policy(v, cfg if full else light, device).owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic
             arrival_replans += not periodic
@@ -96,6 +102,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
                                    "arrival_replans": arrival_replans,
+                                   "full_replans": full_replans,
                                    "filled": filled, "deferred": deferred})
 
 

@@ -31,8 +31,8 @@ def visible(s: Scenario, tau: int) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner."""
     jobs = [j for j in range(s.J) if s.jobs[j].arrival <= tau]
-    known = [replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])
-                     if s.jobs[j].demand is not None else None) for j in jobs]
+    known = [s.jobs[j] if s.jobs[j].demand is None
+             else replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])) for j in jobs]
     rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]
     history = torch.stack(rows) if rows else torch.zeros(0, tau + 1, dtype=torch.long)
     arrivals = torch.tensor([k.arrival for k in known if k.demand is not None], dtype=torch.long)

@@ -90,4 +90,5 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
         future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
-    return view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
+    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
+    return v.share_cluster(s), index

@@ -164,6 +164,15 @@ class Scenario:
         mem = torch.tensor([p.memory_gb for p in self.pools], dtype=torch.float64)
         return mem[self.gpu_pool]
 
+    def share_cluster(self, other: Scenario) -> Scenario:
+        """Self, given `other`'s GPU arrays where it has them (the same pools):
+        the online loop builds a view of one cluster every step."""
+        for name in ("gpu_pool", "node_first_gpu", "node_pool", "gpu_node", "gpu_type",
+                     "gpu_memory"):
+            if name in other.__dict__:
+                self.__dict__[name] = other.__dict__[name]
+        return self
+
     # ---- job arrays ----------------------------------------------------------
     @cached_property
     def priority(self) -> torch.Tensor:
