@@ -6,6 +6,7 @@ import copy
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
@@ -107,43 +108,46 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
-              s: Scenario) -> torch.Tensor:
+              s: Scenario) -> np.ndarray:
     """(G, T) the plan's rigid cells from tau on, by scenario index: where the
     next replan may start from (gangs keep their future block unless a
     better plan moves them)."""
-    to_scenario = torch.tensor(index + [IDLE], dtype=torch.long)  # view job -> scenario job
-    rigid = torch.tensor([j.rigid for j in v.jobs] + [False])
-    keep = rigid[planned] & (planned >= 0)
-    out = torch.full((s.G, s.T), IDLE, dtype=torch.long)
-    out[:, tau:] = torch.where(keep, to_scenario[planned], IDLE)
+    # numpy: these (G, T) grids are small, and torch's threads cost more than the work.
+    to_scenario = np.array(index + [IDLE], dtype=np.int64)  # view job -> scenario job
+    rigid = np.array([j.rigid for j in v.jobs] + [False])
+    p = planned.numpy()
+    out = np.full((s.G, s.T), IDLE, dtype=np.int64)
+    out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
     return out
 
 
-def _hint(previous: torch.Tensor | None, index: list[int], tau: int,
+def _hint(previous: np.ndarray | None, index: list[int], tau: int,
           J: int) -> torch.Tensor | None:
     """The last plan in the new view's job indices (jobs it no longer has: idle)."""
     if previous is None:
         return None
-    to_view = torch.full((J + 1,), IDLE, dtype=torch.long)  # scenario job -> view job
-    known = torch.tensor(index, dtype=torch.long)
+    to_view = np.full(J + 1, IDLE, dtype=np.int64)  # scenario job -> view job
+    known = np.array(index, dtype=np.int64)
     real = known >= 0  # placeholders have no scenario job
-    to_view[known[real]] = torch.arange(len(index))[real]
+    to_view[known[real]] = np.arange(len(index))[real]
     grid = previous[:, tau:]
-    return torch.where(grid >= 0, to_view[grid], IDLE)
+    return torch.from_numpy(np.where(grid >= 0, to_view[grid], IDLE))
 
 
 def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
     if tuple(planned.shape) != (v.G, v.T):
         raise ScenarioError(f"policy {name} returned a ({tuple(planned.shape)}) plan for a "
                             f"({v.G}, {v.T}) view: it cannot run with mode=online")
+    p, fixed = planned.numpy(), v.fixed.numpy()
+    preemptible = v.preemptible.numpy()
     # Preemptible jobs' fixed cells may be cut, and such a job may run again.
-    cuttable = torch.zeros(v.J + 1, dtype=torch.bool)
-    cuttable[:-1] = v.preemptible
-    held = (v.fixed >= 0) & ~cuttable[v.fixed]
-    moved = held & (planned != v.fixed)
-    decided = torch.zeros(v.J + 1, dtype=torch.bool)
-    decided[:-1] = torch.from_numpy(fixed_jobs(v)) & ~v.preemptible
-    elsewhere = ~held & decided[planned]  # IDLE indexes the spare last entry
+    cuttable = np.zeros(v.J + 1, dtype=bool)
+    cuttable[:-1] = preemptible
+    held = (fixed >= 0) & ~cuttable[fixed]
+    moved = held & (p != fixed)
+    decided = np.zeros(v.J + 1, dtype=bool)
+    decided[:-1] = fixed_jobs(v) & ~preemptible
+    elsewhere = ~held & decided[p]  # IDLE indexes the spare last entry
     if moved.any() or elsewhere.any():
         raise ScenarioError(f"policy {name} does not honour Scenario.fixed (it changed "
                             f"{int(moved.sum())} decided cells and ran decided jobs on "
@@ -216,7 +220,7 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
 
 
 def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
-                     previous: torch.Tensor | None, committed: Committed,
+                     previous: np.ndarray | None, committed: Committed,
                      owner: torch.Tensor, due: dict[int, tuple[int, int]]) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's)
