@@ -62,8 +62,9 @@ class OnlineConfig:
     at most this many steps apart: a periodic replan sooner than that after
     the last full one is light (as at an arrival: priority builds and the
     last plan, arrival_search_moves of search), so replanning every step
-    costs about what replanning every full_every steps does. null: every
-    periodic replan is full. No effect on greedy (it plans only the window)."""
+    costs about what replanning every full_every steps does. Greedy plans
+    only a replan's window, and weighs its backfill variant over the whole
+    view at full replans only. null: every periodic replan is full."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is

@@ -196,7 +196,8 @@ class GreedyConfig:
     look-ahead; gpualloc.policies.backfill) and keep the better plan: the
     demand-aware rules above pay on most workloads and lose on some (a
     displacement priced against the wrong alternative), and greedy is never
-    below the plain floor."""
+    below the plain floor. Online, weighed at full replans only
+    (online.full_every); the light ones between keep the choice."""
     preempt: bool = True
     """Priority preemption, as Kueue and KAI do it: a waiting job that cannot
     start may evict running preemptible jobs of strictly lower priority when

@@ -27,7 +27,14 @@ Replans come every `replan_every` steps and, with `online.replan_on_arrival`
 (`light` by default), also at each step where a rigid job arrives: the
 window of the plan before ends there. An arrival's replan runs the policy in
 its cheap form where it has one (the allocator: priority-order builds and
-the last plan, no relaxation, `arrival_search_moves` of search).
+the last plan, no relaxation, `arrival_search_moves` of search). So does a
+periodic replan less than `online.full_every` steps after the allocator's
+last full one: replanning every step then costs about what replanning every
+`full_every` steps does. Each view carries its window (`Scenario.window`):
+greedy, which decides each step from the steps before it, plans only the
+window, the steps the loop executes; it weighs its backfill variant over the
+whole view at full replans only, and the light ones keep that choice
+(`Scenario.carry`).
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:

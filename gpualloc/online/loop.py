@@ -61,6 +61,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
     replans = arrival_replans = filled = deferred = full_replans = 0
     last_full = None  # the step of the last full replan
+    carry = None  # what its plan carries to the light replans after it
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
     while tau < s.T:
@@ -83,7 +84,10 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
                     or not periodic and o.replan_on_arrival == "full")
             last_full = tau if full else last_full
             full_replans += full
-            planned = policy(v, cfg if full else light, device).owner.cpu().long()
+            v.carry = None if full else carry
+            made = policy(v, cfg if full else light, device)
+            carry = made.info.get("carry") if full else carry
+            planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic
             arrival_replans += not periodic

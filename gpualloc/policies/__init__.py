@@ -48,7 +48,7 @@ def rivals(device: torch.device | str = "cpu") -> Rivals:
     from gpualloc.policies.greedy import greedy
 
     return {"fifo": lambda s: fifo(s, device=device),
-            "backfill": lambda s: backfill(s),
+            "backfill": lambda s, window=None: backfill(s, window=window),
             "greedy": lambda s: greedy(s, GreedyConfig(), "cpu", rivals(device)),
             "greedy_whole": lambda s: greedy(s, GreedyConfig(preempt=False), "cpu",
                                              rivals(device))}
@@ -73,7 +73,7 @@ def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _backfill(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.backfill import backfill
-    return backfill(s)
+    return backfill(s, window=s.window)
 
 
 def _exact(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

@@ -29,7 +29,10 @@ from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
 
-def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
+def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
+             window: int | None = None) -> Plan:
+    """The plan of `s`; with `window`, steps from there on are left unplanned
+    (each step is decided from the steps before it)."""
     lay = layout(s)
     fixed = planning_fixed(s)  # decided cells and guaranteed replicas
     occ = Occupancy(lay, None if fixed is None else time_major(fixed))
@@ -39,7 +42,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     elastic = service_order(s)
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
-    for t in range(lay.T):
+    for t in range(lay.T if window is None else min(window, lay.T)):
         occ.release()
         column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
         fill_elastic(lay, column, owner[t:t + 1], elastic, need[elastic, t:t + 1])

@@ -69,16 +69,29 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
            window: int | None = None) -> Plan:
     """Greedy's plan of `s` (the placement core runs on the CPU whatever `device`
     says); with `cfg.variants`, the plain EASY backfill's too (`rivals`, from
-    the registry: gpualloc.policies.rivals), the better kept. With `window`,
-    steps from there on are left unplanned."""
+    the registry: gpualloc.policies.rivals), the better kept. With `window`
+    (online), steps from there on may be left unplanned."""
     cfg = cfg or GreedyConfig()
+    plain = rivals.get("backfill") if cfg.variants and rivals else None
+    if plain is None:
+        return _Greedy(s, cfg).run(window)
     # Greedy decides each step from the steps before it: a window's plan is
-    # the first steps of the whole one. The variant is weighed over every step.
-    plan = _Greedy(s, cfg).run(window)
-    if cfg.variants and rivals and "backfill" in rivals and window is None:
-        plain = rivals["backfill"](s)
-        if weighted_throughput(s, plain.owner) > weighted_throughput(s, plan.owner):
-            plan = Plan(owner=plain.owner, info={**plan.info, "variant": "backfill"})
+    # the first steps of the whole one. The variants are weighed over whole
+    # plans; online, at a full replan, and that choice is carried to the
+    # light replans after it (Scenario.carry).
+    variant = (s.carry or {}).get("greedy_variant") if window is not None else None
+    if variant == "backfill":
+        plan = Plan(owner=plain(s, window=window).owner, info={"variant": "backfill"})
+    elif variant == "greedy":
+        plan = _Greedy(s, cfg).run(window)
+    else:
+        plan, other = _Greedy(s, cfg).run(), plain(s)
+        variant = "greedy"
+        if weighted_throughput(s, other.owner) > weighted_throughput(s, plan.owner):
+            plan = Plan(owner=other.owner, info={**plan.info, "variant": "backfill"})
+            variant = "backfill"
+    if window is not None:
+        plan.info["carry"] = {"greedy_variant": variant}
     return plan
 
 

@@ -112,6 +112,11 @@ class Scenario:
     the rest is planned again before it runs); a policy that plans step by
     step may leave later steps unplanned. None: every step. Not part of the
     file format."""
+    carry: dict | None = None
+    """Online: what the last full replan's plan carried (its Plan.info
+    "carry"), handed to the light replans after it: a choice a policy makes
+    over the whole view at a full replan and keeps until the next one. Not
+    part of the file format."""
 
     # ---- sizes -------------------------------------------------------------
     @property
