@@ -77,12 +77,21 @@ def cases(args) -> list[tuple[str, str, int, object]]:
     if args.only in ("traces", "all"):
         for w in args.windows:
             out.append(("trace", w, 0, lambda w=w: ga.load(TRACES / f"{w}.json")))
+    for size in args.generated:  # bench.speed's scaled `mixed`: the speed cases
+        out.append(("generated", f"mixed_{size}", 0, lambda size=size: _scaled(size)))
     if args.only in ("seven", "all"):
         for name in args.scenarios:
             for seed in args.seeds:
                 out.append(("seven", name, seed,
                             lambda name=name, seed=seed: ga.generate(name, seed=seed)))
     return out
+
+
+def _scaled(size: str):
+    from bench.speed import _size, scaled_mixed
+    from gpualloc.run import build_scenario
+
+    return build_scenario(scaled_mixed(*_size(size)), 0)
 
 
 def run_one(s, policy: str, seed: int, mode: str, every: int | None, guarantee: bool,
@@ -118,7 +127,8 @@ def bench(args, result: dict, save) -> dict:
     modes = [("offline", None)] + [("online", r) for r in args.replan_every]
     for kind, name, seed, make in cases(args):
         s = make()
-        head = {"kind": kind, "case": name, "seed": seed, "role": WINDOWS.get(name, "seven"),
+        role = WINDOWS.get(name, "generated (speed)" if kind == "generated" else "seven")
+        head = {"kind": kind, "case": name, "seed": seed, "role": role,
                 "G": s.G, "J": s.J, "T": s.T, "offered_load": s.offered_load}
         fifo = ga.plan(s, "fifo")
         base = ga.metrics(s, fifo)
@@ -329,7 +339,10 @@ def markdown(result: dict) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=["traces", "seven", "all"], default="all")
+    p.add_argument("--only", choices=["traces", "seven", "all", "none"], default="all",
+                   help="none: only the --generated cases")
+    p.add_argument("--generated", nargs="+", default=[], metavar="GxJxT",
+                   help="also bench.speed's scaled mixed at these sizes (e.g. 128x3000x168)")
     p.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS))
     p.add_argument("--scenarios", nargs="+", default=SEVEN, choices=SEVEN)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4, 5])
