@@ -19,6 +19,7 @@ from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
 from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.threads import cpu_threads
 
 Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
 """A registry entry (gpualloc.policies) or any function of its signature."""
@@ -29,6 +30,12 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
            name: str = "policy", on_view=None) -> Plan:
     """Rolling-horizon plan of `s` by `policy` (module docstring). `on_view`,
     if given, is called with each (tau, view scenario, view -> scenario index)."""
+    with cpu_threads("cpu", 1):  # the loop's grids are small (G x T); a policy sets its own
+        return _online(s, policy, cfg, device, name, on_view)
+
+
+def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | str,
+            name: str, on_view) -> Plan:
     o = cfg.online
     if getattr(cfg, "solver", None) is not None:
         cfg = copy.deepcopy(cfg)

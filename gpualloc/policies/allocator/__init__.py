@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import contextmanager
 
 import torch
 
@@ -52,23 +51,7 @@ from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
 from gpualloc.objective import value, weighted_throughput
 from gpualloc.scenario import Scenario, with_cuts
-
-
-@contextmanager
-def _cpu_threads(device: torch.device, n: int):
-    # The repair's tensors are small (G x T) and a relaxation step is a few
-    # passes over memory: more threads gain little, and where a core is
-    # busy with anything else torch's thread pool spins and runs ~10x slower
-    # (measured: 1.4 s on one thread, 13.8 s on two, beside one busy process).
-    if device.type != "cpu" or n <= 0:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+from gpualloc.threads import cpu_threads
 
 
 def allocator(s: Scenario, cfg: SolverConfig | None = None,
@@ -85,7 +68,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     roundings = {}  # name -> (builder, order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
-        with _cpu_threads(device, cfg.cpu_threads):
+        with cpu_threads(device, cfg.cpu_threads):
             C, last, info["representation"] = relax(s, cfg, device, planned)
         start, score = round_starts(s, C)
         guide = (score.tolist(), start.tolist())
@@ -103,7 +86,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         roundings["parallel/priority"] = ("parallel", priority_order(s), None)
 
     clock = time.perf_counter()
-    with _cpu_threads(device, cfg.cpu_threads):
+    with cpu_threads(device, cfg.cpu_threads):
         built = {name: build(s, order, cfg.demand_aware, at, cfg.discount) if how == "serial"
                  else build_parallel(s, order, cfg.demand_aware, discount=cfg.discount)
                  for name, (how, order, at) in roundings.items()}
