@@ -38,8 +38,8 @@ def serve(s: Scenario, v: Scenario, index: list[int], planned: torch.Tensor, tau
         # The lowest planned blocks, up to demand.
         kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
         unmet[j] -= kept[0]
-    order = service_order(s, [j for j in range(s.J) if lay.arrival[j] < stop
-                              and (actual[j] > 0).any()])
+    order = service_order(s, np.nonzero((lay.arrival < stop)
+                                        & (actual > 0).any(1))[0].tolist())
     guaranteed = s.guaranteed.numpy()[:, tau:stop]  # (J, R)
     _fill(lay, window, order, guaranteed, actual)
     cut: list[int] = []
