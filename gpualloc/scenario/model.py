@@ -172,8 +172,9 @@ class Scenario:
     def share_cluster(self, other: Scenario) -> Scenario:
         """Self, given `other`'s GPU arrays where it has them (the same pools):
         the online loop builds a view of one cluster every step."""
+        other.__dict__.setdefault("_block_memo", {})
         for name in ("gpu_pool", "node_first_gpu", "node_pool", "gpu_node", "gpu_type",
-                     "gpu_memory"):
+                     "gpu_memory", "_block_memo"):
             if name in other.__dict__:
                 self.__dict__[name] = other.__dict__[name]
         return self
@@ -241,12 +242,10 @@ class Scenario:
     @cached_property
     def pool_compat(self) -> torch.Tensor:
         """(J, P) bool: job may use the pool's GPUs (type and memory)."""
-        out = torch.zeros(self.J, len(self.pools), dtype=torch.bool)
-        for i, j in enumerate(self.jobs):
-            for p, pool in enumerate(self.pools):
-                out[i, p] = ((j.gpu_types is None or pool.gpu_type in j.gpu_types)
-                             and pool.memory_gb >= j.min_memory_gb)
-        return out
+        rows = [[(j.gpu_types is None or pool.gpu_type in j.gpu_types)
+                 and pool.memory_gb >= j.min_memory_gb for pool in self.pools]
+                for j in self.jobs]
+        return torch.tensor(rows, dtype=torch.bool).reshape(self.J, len(self.pools))
 
     @cached_property
     def compat(self) -> torch.Tensor:
@@ -273,6 +272,13 @@ class Scenario:
         return torch.tensor(job_class, dtype=torch.long), sizes, starts
 
     def _block_starts(self, k: int, pool_ok: list[bool]) -> torch.Tensor:
+        memo = self.__dict__.setdefault("_block_memo", {})  # shared by share_cluster
+        key = (k, tuple(pool_ok))
+        if key not in memo:
+            memo[key] = self._block_starts_of(k, pool_ok)
+        return memo[key]
+
+    def _block_starts_of(self, k: int, pool_ok: list[bool]) -> torch.Tensor:
         out = []
         first = 0
         for p, pool in enumerate(self.pools):
