@@ -249,3 +249,23 @@ def test_a_window_is_the_first_steps_of_the_whole_plan(s, window):
     assert torch.equal(part[:, :w], whole[:, :w])
     later = part[:, w:] >= 0  # the fixed cells and the runs of jobs started in the window
     assert torch.equal(part[:, w:][later], whole[:, w:][later])
+
+
+@given(scenario_with_fixed(), st.integers(1, 6))
+def test_online_variant_weighed_at_a_full_replan_and_carried(s, window):
+    # A full replan (no carry) weighs both whole plans and names the better;
+    # a light one (Scenario.carry) plans only the window of the carried one.
+    from gpualloc.policies.backfill import backfill
+    r = rivals()
+    own, plain = greedy(s, GreedyConfig(variants=False)).owner, backfill(s).owner
+    full = greedy(s, GreedyConfig(), rivals=r, window=window)
+    better = ("backfill" if weighted_throughput(s, plain) > weighted_throughput(s, own)
+              else "greedy")
+    assert full.info["carry"] == {"greedy_variant": better}
+    assert torch.equal(full.owner, plain if better == "backfill" else own)
+    w = min(window, s.T)
+    for variant, whole in (("backfill", plain), ("greedy", own)):
+        s.carry = {"greedy_variant": variant}
+        light = greedy(s, GreedyConfig(), rivals=r, window=window).owner
+        assert torch.equal(light[:, :w], whole[:, :w])
+    s.carry = None
