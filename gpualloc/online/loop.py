@@ -40,6 +40,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
+        cfg.solver.deep_search_cells = 0  # a view's size never deepens a replan's search
     light = cfg  # the policy's plan at an arrival between two replans
     if o.replan_on_arrival == "light" and getattr(cfg, "solver", None) is not None:
         light = copy.deepcopy(cfg)
