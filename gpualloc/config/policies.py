@@ -66,11 +66,12 @@ class SolverConfig:
     """Scenarios of at most this many cells (GPUs x jobs x steps) search
     with the deep budget below wherever it is larger than the settings
     above (0: never). A budget of moves, not seconds, chosen by size: on the
-    broad family at 64 GPUs (0.5-0.8 million cells) it took the median gap
-    to the bound from 2.8% to about 2.4% for about 3x the time; on the
-    seven (1.2-4.4 million cells) it raised the value by 0-2% for 2-8x the
-    time, so they keep the budget above (bench/results/budget_*.md).
-    Online replans always keep theirs (online.search_moves)."""
+    broad family at 64 GPUs (0.53-0.66 million cells) it took the median gap
+    to the bound from 2.8% to 1.9% (seeds 100-119) for about 6x the
+    allocator's time; on the seven (1.2-4.4 million cells) solver=quality's
+    budget raised the value by 0-2% for 2-8x the time, so they keep the
+    budget above (bench/results/budget_seven.md, family_issue25_deep.md).
+    Online replans and Slurm serve steps keep theirs (online.search_moves)."""
     deep_search_patience: int = 1000
     """local_search_patience under the deep budget (the larger one applies)."""
     deep_search_anneal_iters: int = 8000
