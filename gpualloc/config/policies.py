@@ -67,7 +67,7 @@ class SolverConfig:
     with the deep budget below wherever it is larger than the settings
     above (0: never). A budget of moves, not seconds, chosen by size: on the
     broad family at 64 GPUs (0.53-0.66 million cells) it took the median gap
-    to the bound from 2.8% to 1.9% (seeds 100-119) for about 6x the
+    to the bound from 2.8% to 1.9% (seeds 100-119) for about 5.7x the
     allocator's time; on the seven (1.2-4.4 million cells) solver=quality's
     budget raised the value by 0-2% for 2-8x the time, so they keep the
     budget above (bench/results/budget_seven.md, family_issue25_deep.md).
