@@ -14,8 +14,9 @@ from gpualloc.scenario import from_dict
 from gpualloc.policies import rivals
 from strategies import scenarios
 
-# Small budgets: the properties hold for any budget; tests stay fast.
-QUICK = SolverConfig(iterations=8, local_search_iters=8, progress=False)
+# Small budgets: the properties hold for any budget; tests stay fast (the
+# deep budget of small scenarios off: test_deep_budget_never_lowers_the_plan).
+QUICK = SolverConfig(iterations=8, local_search_iters=8, deep_search_cells=0, progress=False)
 
 
 @given(scenarios())
@@ -179,17 +180,12 @@ def test_local_search_with_threshold_accepting_returns_the_best_plan_it_saw(acce
     assert check(s, sched.owner()).ok
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000))
-def test_second_walk_never_lowers_the_climb(seed):
-    # local_search_anneal_iters: a second walk from the same start, taking
-    # worse moves early on; the better of the two plans is kept. Without a
-    # clock both runs are repeatable, so the climb's value is a floor.
+def _walks(seed: int):
     from gpualloc.config import (GeneratedScenarioConfig, PoolConfig, RealtimeWorkloadConfig,
                                  RigidWorkloadConfig)
     from gpualloc.scenario.generate import generate
 
-    s = generate(GeneratedScenarioConfig(
+    return generate(GeneratedScenarioConfig(
         name="walks", horizon=24, pools=[PoolConfig("h", 2, 8, "H100", 80.0),
                                          PoolConfig("l", 2, 4, "L40S", 48.0)],
         training=RigidWorkloadConfig(count=6, gpus=[1, 2, 4, 8, 12], duration_median_hours=6.0),
@@ -198,8 +194,17 @@ def test_second_walk_never_lowers_the_climb(seed):
         quantization=RigidWorkloadConfig(count=6, gpus=[1, 2, 4], duration_median_hours=2.0),
         realtime_inference=RealtimeWorkloadConfig(services=2, gpus=[1, 2],
                                                   peak_replicas=[2, 4])), seed)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_second_walk_never_lowers_the_climb(seed):
+    # local_search_anneal_iters: a second walk from the same start, taking
+    # worse moves early on; the better of the two plans is kept. Without a
+    # clock both runs are repeatable, so the climb's value is a floor.
+    s = _walks(seed)
     base = SolverConfig(iterations=10, local_search_iters=60, local_search_patience=20,
-                        time_limit_s=None, progress=False, seed=seed)
+                        deep_search_cells=0, time_limit_s=None, progress=False, seed=seed)
     climb = allocator(s, base, rivals=rivals())
     both = allocator(s, replace(base, local_search_anneal_iters=200,
                                 local_search_accept_worse=0.02), rivals=rivals())
@@ -208,3 +213,47 @@ def test_second_walk_never_lowers_the_climb(seed):
     assert weighted_throughput(s, both.owner) >= weighted_throughput(s, climb.owner) - 1e-6
     if not both.info["anneal"]["kept"]:
         assert torch.equal(both.owner, climb.owner)
+
+
+def test_search_budget_by_size():
+    # solver.deep_search_cells: the broad family at 64 GPUs (its jobs, its
+    # 96 steps) gets the deep budget whole; the seven keep the default one,
+    # a scenario of few jobs a share of the deep one, and the larger of two
+    # settings applies.
+    from bench.common import SEVEN, composed
+    from bench.family import family
+    from gpualloc.policies.allocator import search_budget
+    from gpualloc.scenario.generate import generate
+
+    cfg = SolverConfig()
+    for name in ("broad", "broad_types"):
+        s = generate(family(1, (), name).scenario, 100)
+        assert search_budget(s, cfg) == (1000, 8000), name
+        assert search_budget(s, replace(cfg, deep_search_cells=0)) == (300, 0)
+    for name in ("low_contention", "mixed"):  # the smallest of the seven, and mixed
+        assert name in SEVEN
+        s = generate(composed(f"+scenario={name}").scenario, 0)
+        assert s.G * s.J * s.T > cfg.deep_search_cells
+        assert search_budget(s, cfg) == (300, 0), name
+        assert search_budget(s, replace(cfg, local_search_anneal_iters=50)) == (300, 50)
+    few = _walks(0)  # 26 jobs: 2,600 moves of the second walk, patience 325 of 1,000
+    assert few.J == 26 and search_budget(few, cfg) == (325, 2600)
+    assert search_budget(few, replace(cfg, local_search_patience=500,
+                                      local_search_anneal_iters=3000)) == (500, 3000)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_deep_budget_never_lowers_the_plan(seed):
+    # The deep budget (more patience, a second walk whose better plan is
+    # kept) of a small scenario, against the same search without it: a
+    # checked plan, never of lower value; same seed, same plan.
+    s = _walks(seed)
+    base = SolverConfig(iterations=10, progress=False, seed=seed,
+                        deep_search_moves_per_job=20)  # 520 moves: fast
+    deep = allocator(s, base, rivals=rivals())
+    plain = allocator(s, replace(base, deep_search_cells=0), rivals=rivals())
+    assert check(s, deep.owner).ok and check(s, plain.owner).ok
+    assert deep.info["search_budget"]["anneal_iters"] == 520 and "anneal" in deep.info
+    assert "anneal" not in plain.info
+    assert weighted_throughput(s, deep.owner) >= weighted_throughput(s, plain.owner) - 1e-6
+    assert torch.equal(deep.owner, allocator(s, base, rivals=rivals()).owner)

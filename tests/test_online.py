@@ -291,6 +291,8 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every):
                      c.solver.local_search_anneal_iters))
         plan = allocator(view, c.solver, device, rivals=rivals())
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0)
+        # A view is small, but never gets the offline deep budget (solver.deep_search_cells).
+        assert plan.info["search_budget"]["anneal_iters"] == c.solver.local_search_anneal_iters
         return plan
 
     s = from_dict({"name": "two", "horizon": 8, "step_minutes": 60, "cluster": {"pools": [

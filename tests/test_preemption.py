@@ -260,7 +260,7 @@ def test_online_preempts_a_committed_job():
 
 # ---- properties on random scenarios ------------------------------------------------------
 
-QUICK = dict(iterations=8, local_search_iters=8, progress=False)
+QUICK = dict(iterations=8, local_search_iters=8, deep_search_cells=0, progress=False)
 
 
 @settings(max_examples=40, deadline=None)

@@ -62,6 +62,30 @@ class SolverConfig:
     threshold accepting (local_search_accept_worse), within what is left of
     time_limit_s; the better of the two walks' plans is kept, so it never
     lowers the first walk's (0: none)."""
+    deep_search_cells: int = 1_000_000
+    """Scenarios of at most this many cells (GPUs x jobs x steps) search
+    with the deep budget below wherever it is larger than the settings
+    above (0: never). A budget of moves, not seconds, chosen by size: on the
+    broad family at 64 GPUs (0.53-0.66 million cells) it took the median gap
+    to the bound from 2.8% to 1.9% (seeds 100-119) for about 5.7x the
+    allocator's time; on the seven (1.2-4.4 million cells) solver=quality's
+    budget raised the value by 0-2% for 2-8x the time, so they keep the
+    budget above (bench/results/budget_seven.md, family_issue25_deep.md).
+    Online replans and Slurm serve steps keep theirs (online.search_moves)."""
+    deep_search_patience: int = 1000
+    """local_search_patience under the deep budget (the larger one applies)."""
+    deep_search_anneal_iters: int = 8000
+    """local_search_anneal_iters under the deep budget (the larger one
+    applies): the second walk, which keeps the better plan, so the deep
+    budget never lowers a plan's value below the budget above."""
+    deep_search_moves_per_job: int = 100
+    """The deep budget shrinks on scenarios of few jobs: deep_search_patience
+    and deep_search_anneal_iters both scaled by jobs x this /
+    deep_search_anneal_iters where that is below 1 (80 jobs or more get
+    all of it). A scenario of ten jobs needs no 8,000 moves: on 30 random
+    ones of up to ten jobs they took 2.2 s a plan against 0.14 s without
+    the deep budget; scaled down, 0.42 s against 0.10 s (a second run;
+    loaded machine, no results file)."""
     local_search_accept_worse: float = 0.003
     """Threshold accepting in the second walk: a move may lower the objective
     by up to this share of the best value, shrinking to 0 over the first half
@@ -133,6 +157,10 @@ class SolverConfig:
         r.number("local_search_iters", "[0, inf)", integer=True)
         r.number("local_search_patience", "[0, inf)", integer=True)
         r.number("local_search_anneal_iters", "[0, inf)", integer=True)
+        r.number("deep_search_cells", "[0, inf)", integer=True)
+        r.number("deep_search_patience", "[0, inf)", integer=True)
+        r.number("deep_search_anneal_iters", "[0, inf)", integer=True)
+        r.number("deep_search_moves_per_job", "[0, inf)", integer=True)
         r.number("local_search_accept_worse", "[0, 1)")
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)

@@ -48,6 +48,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
+        cfg.solver.deep_search_cells = 0  # a view's size never deepens a replan's search
     light = cfg  # the policy's cheap plan: at an arrival, between two full replans
     if getattr(cfg, "solver", None) is not None:
         light = copy.deepcopy(cfg)

@@ -30,6 +30,7 @@ def serve_config(seed: int = 0) -> RunConfig:
     stops at its time limit (solver.time_limit_s, 1 s), inside a step."""
     cfg = RunConfig(device="cpu", seed=seed)
     cfg.solver.progress = False
+    cfg.solver.deep_search_cells = 0  # a step's plan: never the offline deep search
     return cfg
 
 

@@ -25,7 +25,8 @@
    accepting a worse plan, within its move cap, patience and time budget;
    then, with `local_search_anneal_iters`, a second walk from the same
    repaired plan that may take worse moves early on (threshold accepting);
-   the better of the two walks' plans goes on.
+   the better of the two walks' plans goes on. Scenarios of at most
+   `deep_search_cells` cells search with the deep budget (`search_budget`).
    Offline, greedy's plan is returned when the search ends below it.
 
 Guaranteed real-time replicas (rule 4) are fixed before all of this
@@ -35,6 +36,7 @@ discounted objective (SolverConfig.discount, set by gpualloc.online).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import torch
@@ -52,6 +54,20 @@ from gpualloc.core.segments import fill_segments
 from gpualloc.objective import value, weighted_throughput
 from gpualloc.scenario import Scenario, with_cuts
 from gpualloc.threads import cpu_threads
+
+
+def search_budget(s: Scenario, cfg: SolverConfig) -> tuple[int, int]:
+    """(patience, second walk's moves) of the local search on `s`: the
+    settings', or on a scenario of at most cfg.deep_search_cells cells
+    (G x J x T) the deep budget where it is larger, scaled down on
+    scenarios of few jobs (cfg.deep_search_moves_per_job)."""
+    patience, anneal = cfg.local_search_patience, cfg.local_search_anneal_iters
+    if s.G * s.J * s.T <= cfg.deep_search_cells:
+        deep = cfg.deep_search_anneal_iters
+        share = min(1.0, s.J * cfg.deep_search_moves_per_job / deep) if deep else 1.0
+        patience = max(patience, math.ceil(share * cfg.deep_search_patience))
+        anneal = max(anneal, math.ceil(share * cfg.deep_search_anneal_iters))
+    return patience, anneal
 
 
 def allocator(s: Scenario, cfg: SolverConfig | None = None,
@@ -109,7 +125,10 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        bar = progress.bar(total=cfg.local_search_iters + cfg.local_search_anneal_iters,
+        patience, anneal_iters = search_budget(s, cfg)
+        info["search_budget"] = {"cells": s.G * s.J * s.T, "patience": patience,
+                                 "anneal_iters": anneal_iters}
+        bar = progress.bar(total=cfg.local_search_iters + anneal_iters,
                            desc=f"search {s.name}", unit="move", leave=False,
                            disable=not cfg.progress)
 
@@ -119,9 +138,9 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
 
         limit = getattr(cfg, "time_limit_s", None)
         search = dict(window=tuple(cfg.ruin_window), demand_aware=cfg.demand_aware, guide=guide,
-                      patience=cfg.local_search_patience,
+                      patience=patience,
                       progress=None if bar.disable else tick)
-        start = sched.snapshot() if cfg.local_search_anneal_iters else None
+        start = sched.snapshot() if anneal_iters else None
         climb = improve(sched, cfg.local_search_iters, cfg.seed, time_limit_s=limit, **search)
         info["local_search"] = vars(climb)
         left = None if limit is None else limit - (time.perf_counter() - clock)
@@ -132,7 +151,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             # better walk's plan is kept, so the climb's is a floor.
             climbed = sched.snapshot()
             sched.restore(start)
-            anneal = improve(sched, cfg.local_search_anneal_iters, cfg.seed + 1,
+            anneal = improve(sched, anneal_iters, cfg.seed + 1,
                              time_limit_s=left, accept_worse=cfg.local_search_accept_worse,
                              **search)
             if anneal.end_value <= climb.end_value + 1e-9:
