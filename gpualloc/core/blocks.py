@@ -66,6 +66,34 @@ def any_free(run, blocks, k, t, need):
 
 
 @njit(cache=True)
+def longest_free(run, blocks, k, t):
+    """The most steps some block stays free from t: max over blocks of
+    min(run[t, b:b + k]); a block is free for `need` steps exactly when
+    need <= this (0: none is free). One pass answers any_free for every
+    job of a class at once."""
+    best = 0
+    for i in range(blocks.shape[0]):
+        m = run[t, blocks[i]]
+        for g in range(blocks[i] + 1, blocks[i] + k):
+            if run[t, g] < m:
+                m = run[t, g]
+        if m > best:
+            best = m
+    return best
+
+
+@njit(cache=True)
+def first_free(run, blocks, k, t, need, taken_cs):
+    """Index of the lowest block free for `need` steps from t that holds none
+    of the GPUs counted in taken_cs ((G + 1,) prefix sums); -1 if none."""
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        if taken_cs[b + k] == taken_cs[b] and block_free(run, b, k, t, need):
+            return i
+    return -1
+
+
+@njit(cache=True)
 def earliest(run, blocks, block_pool, k, d, after, T, short, guarded, out):
     """The earliest start t in [after, T) at which some block is free for
     min(d, T - t) steps (and, when guarded, its pool not short[pool, t]);

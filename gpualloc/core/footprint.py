@@ -41,6 +41,9 @@ class Footprint:
         self.weight = lay.priority[self.el] * lay.gpus[self.el]  # (E,) value of a replica-step
         self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
         self.served = np.zeros((len(elastic), T), dtype=np.int64)  # (E, T) replicas packed
+        self.gpus = lay.gpus[self.el]  # (E,)
+        self.used = np.zeros(T, dtype=np.int64)  # (T,) GPUs the packed replicas hold per step
+        self.version = 0  # counts the changes of `run`, as Occupancy.version
         self.avoid = hard.busy.copy()  # (T, G) hard | footprint
         self.run = kb.runs_of(self.avoid)
         self.dirty = (0, T)  # columns whose footprint is stale
@@ -56,6 +59,7 @@ class Footprint:
         rows = slice(first, first + k)
         self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
         kb.update_runs(self.avoid, self.run, first, first + k, end)
+        self.version += 1
 
     def placed(self, start: int, end: int, first: int, k: int) -> None:
         """A block became hard (a start, a reservation)."""
@@ -72,9 +76,11 @@ class Footprint:
         if self.elastic and self.demand_aware:
             free = ~self.hard.busy[lo:hi]  # (C, G)
             self.served[:, lo:hi] = self.pack(free, lo, hi)
+            self.used[lo:hi] = self.gpus @ self.served[:, lo:hi]
             self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
         self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
         kb.update_columns(self.avoid, self.run, t, hi)
+        self.version += 1
 
     def pack(self, free: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(E, C) replicas served (rows in the order of service) when the

@@ -10,7 +10,8 @@ lowest GPU index up, the highest-first variant from the top down (runs then
 align at their last GPU). Jobs are served in the order given, each up to
 its replicas wanted, on the GPUs the ones before it left free.
 
-Compiled with numba; everything is a loop over one column's G GPUs.
+Compiled with numba; everything is a loop over one column's G GPUs (and its
+nodes' free counts, which let the scans skip full nodes).
 """
 from __future__ import annotations
 
@@ -21,19 +22,29 @@ from gpualloc.core.blocks import runs_in_nodes
 
 
 @njit(cache=True)
-def _take(free, owner, c, label, lo, hi):
+def _take(free, owner, c, label, lo, hi, gpu_node, node_free):
     for x in range(lo, hi):
         free[c, x] = False
+        node_free[gpu_node[x]] -= 1
         if label >= 0:
             owner[c, x] = label
 
 
 @njit(cache=True)
 def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node_pool,
-                pool_gpn, pool_nodes, high):
+                pool_gpn, pool_nodes, high, gpu_node, node_free, edge):
     """Take up to n replicas of k GPUs in column c of `free` (C, G) bool,
     restricted to pools with pool_ok (P,); taken GPUs become not free and, when
-    label >= 0, owner[c, g] = label. Returns the replicas taken."""
+    label >= 0, owner[c, g] = label. Returns the replicas taken.
+
+    node_free (N,): free GPUs per node of the column, kept up to date here;
+    edge (P,): per pool, the first node the scan visits (from the top when
+    `high`, else from the bottom): the nodes before it are full. Both only
+    skip nodes the scan would pass over without taking anything (a node with
+    fewer than k free GPUs holds no run of k; a run of whole nodes restarts
+    at one that is not whole), so the replicas are those of the plain scan:
+    what they save is the rescan of the full nodes by every job (issue 26:
+    hundreds of services over thousands of GPUs)."""
     taken = 0
     if n <= 0:
         return 0
@@ -44,9 +55,12 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
             continue
         gpn = pool_gpn[p]
         lo, hi = pool_nodes[p], pool_nodes[p + 1]
+        first_ni = edge[p]
         if k <= gpn:
-            for ni in range(hi - lo):
+            for ni in range(first_ni, hi - lo):
                 node = hi - 1 - ni if high else lo + ni
+                if node_free[node] < k:
+                    continue
                 a, b = node_first[node], node_end[node]
                 count = 0
                 for gi in range(b - a):
@@ -55,50 +69,61 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
                         count += 1
                         if count == k:
                             first = g if high else g - k + 1
-                            _take(free, owner, c, label, first, first + k)
+                            _take(free, owner, c, label, first, first + k, gpu_node, node_free)
                             taken += 1
-                            if taken == n:
-                                return taken
                             count = 0
+                            if taken == n:
+                                break
                     else:
                         count = 0
+                if taken == n:
+                    break
         elif k % gpn == 0:
             m = k // gpn
             count = 0
-            for ni in range(hi - lo):
+            for ni in range(first_ni, hi - lo):
                 node = hi - 1 - ni if high else lo + ni
-                whole = True
-                for g in range(node_first[node], node_end[node]):
-                    if not free[c, g]:
-                        whole = False
-                        break
-                if not whole:
+                if node_free[node] != gpn:
                     count = 0
                     continue
                 count += 1
                 if count == m:
                     first_node = node if high else node - m + 1
                     _take(free, owner, c, label, node_first[first_node],
-                          node_end[first_node + m - 1])
+                          node_end[first_node + m - 1], gpu_node, node_free)
                     taken += 1
-                    if taken == n:
-                        return taken
                     count = 0
+                    if taken == n:
+                        break
+        # Full nodes at the scan's start stay skipped for the jobs after this one.
+        ni = edge[p]
+        while ni < hi - lo and node_free[hi - 1 - ni if high else lo + ni] == 0:
+            ni += 1
+        edge[p] = ni
+        if taken == n:
+            return taken
     return taken
 
 
 @njit(cache=True)
 def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool, pool_gpn,
-         pool_nodes, high, served):
+         pool_nodes, high, served, gpu_node):
     """Serve `jobs` (E,) in order in every column of `free` (C, G): job
     jobs[i] up to need[i, c] replicas of gpus[i] GPUs on pools pool_ok[i]
     (E, P). Writes owner[c, g] = jobs[i] where jobs[i] >= 0 and served[i, c]."""
-    C = free.shape[0]
+    C, G = free.shape
+    node_free = np.zeros(node_first.shape[0], dtype=np.int64)
+    edge = np.zeros(pool_gpn.shape[0], dtype=np.int64)
     for c in range(C):
+        node_free[:] = 0
+        for g in range(G):
+            if free[c, g]:
+                node_free[gpu_node[g]] += 1
+        edge[:] = 0
         for i in range(jobs.shape[0]):
             served[i, c] = pack_column(free, c, owner, jobs[i], gpus[i], need[i, c], pool_ok[i],
                                        node_first, node_end, node_pool, pool_gpn, pool_nodes,
-                                       high)
+                                       high, gpu_node, node_free, edge)
 
 
 def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np.ndarray,
@@ -116,7 +141,7 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
         owner = _NO_OWNER
     fill(free, owner, labels, np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs],
          lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
-         lay.pool_nodes, high, served)
+         lay.pool_nodes, high, served, lay.gpu_node)
     return served
 
 
@@ -135,6 +160,9 @@ def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_bl
     E, P = jobs.shape[0], pool_ok.shape[1]
     run = np.zeros(G, dtype=np.int64)
     free = np.zeros(G, dtype=np.bool_)
+    for g in range(G):
+        free[g] = not occ[g]
+    runs_in_nodes(free, gpu_node, node_first, node_end, run)
     want_cs = np.zeros(G + 1, dtype=np.int64)
     for i in range(E):
         j = jobs[i]
@@ -149,9 +177,6 @@ def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_bl
         c = job_class[j]
         n_picks[i] = 0
         for _ in range(need[i]):
-            for g in range(G):
-                free[g] = not occ[g]
-            runs_in_nodes(free, gpu_node, node_first, node_end, run)
             best, best_s, best_r = -1, 0, 0
             for x in range(class_ptr[c], class_ptr[c + 1]):
                 b = class_blocks[x]
@@ -170,5 +195,9 @@ def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_bl
                 break
             for g in range(best, best + k):
                 occ[g] = True
+                free[g] = False
+            # Only the runs of the nodes the replica took change.
+            n0, n1 = gpu_node[best], gpu_node[best + k - 1] + 1
+            runs_in_nodes(free, gpu_node, node_first[n0:n1], node_end[n0:n1], run)
             picks[i, n_picks[i]] = best
             n_picks[i] += 1
