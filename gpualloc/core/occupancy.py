@@ -51,6 +51,7 @@ class Occupancy:
         self.run = kb.runs_of(self.busy)  # (T + 1, G) int32
         self.version = 0
         """Counts the changes of `run`: a caller may keep answers until it moves."""
+        self.durations = lay.duration.tolist()  # read by length() (a list: no numpy scalars)
         self.start = np.full(lay.J, -1, dtype=np.int64)
         self.first = np.full(lay.J, -1, dtype=np.int64)
         self.held: tuple[int, int, int, int] | None = None
@@ -93,7 +94,7 @@ class Occupancy:
     def length(self, j: int, start: int) -> int:
         """Steps j's segment started at `start` runs inside the horizon."""
         if not self.closed[j]:  # a first segment: the whole run (the common case, kept fast)
-            return min(int(self.lay.duration[j]), self.T - start)
+            return min(self.durations[j], self.T - start)
         return min(self.steps(j), self.T - start)
 
     def _mark(self, start: int, end: int, first: int, k: int, cells) -> None:
@@ -105,6 +106,14 @@ class Occupancy:
         self.busy_gpus[start:end] += block.sum(1)
         kb.update_runs(self.busy, self.run, first, first + k, end)
         self.version += 1
+
+    def lengths(self, jobs: np.ndarray, start: int) -> np.ndarray:
+        """(n,) int64: `length(j, start)` of each of `jobs` (n,), at once."""
+        lay = self.lay
+        steps = np.where(self.closed[jobs] > 0,
+                         lay.restart_cost[jobs] + lay.duration[jobs] - self.progress[jobs],
+                         lay.duration[jobs])  # (n,) as steps()
+        return np.minimum(steps, self.T - start)
 
     def place(self, j: int, start: int, first: int) -> None:
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)

@@ -40,6 +40,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
     elastic = service_order(s)
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
+    arrival = lay.arrival.tolist()
     for t in range(lay.T):
         occ.release()
         column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
@@ -73,6 +74,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu") -> Plan:
                 occ.hold(t0, t0 + occ.length(j, t0), g, int(lay.gpus[j]))
             return True  # the head's turn is taken, held or not
 
-        for j in easy_pass([j for j in queue if lay.arrival[j] <= t], start, reserve):
-            queue.remove(j)
+        started = set(easy_pass([j for j in queue if arrival[j] <= t], start, reserve))
+        if started:
+            queue = [j for j in queue if j not in started]
     return Plan(owner=owner_of(owner))

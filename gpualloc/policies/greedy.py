@@ -119,6 +119,16 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         out[i] = (key * W + min(run[b], G)) * W + b
 
 
+@njit(cache=True)
+def _excess(busy_gpus, used, t, end, k, G):
+    """Elastic GPUs in use over [t, end) beyond the free GPUs left beside a
+    new block of k (busy_gpus, used: (T,) per step), summed."""
+    out = 0
+    for x in range(t, end):
+        out += max(used[x] - (G - busy_gpus[x] - k), 0)
+    return out
+
+
 # ---- the policy ----------------------------------------------------------------------------
 
 class _Greedy:
@@ -159,6 +169,7 @@ class _Greedy:
         self.cached_cs: dict[tuple[int, int], np.ndarray] = {}
         self.queued = None  # self.queue as an int64 array, rebuilt when it changes
         self.longest: dict[tuple[bool, int, int], tuple[int, int]] = {}
+        self.arrival = lay.arrival.tolist()  # a list: read per waiting job per step
         self.now = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
@@ -202,8 +213,12 @@ class _Greedy:
     def fits(self, j: int, t: int, beside_footprint: bool) -> bool:
         """Whether some block of j is free for its run from t: beside the
         footprint (its grid refreshed) or of the hard cells only. Exactly
-        free_blocks(...).any(), from the class's longest free run at t, which
-        is kept until that grid changes."""
+        free_blocks(...).any()."""
+        return self.length(j, t) <= self.longest_free(j, t, beside_footprint)
+
+    def longest_free(self, j: int, t: int, beside_footprint: bool) -> int:
+        """The longest free run from t of a block of j's class, kept until
+        that grid changes."""
         lay = self.lay
         grid = self.foot if beside_footprint else self.hard
         key = (beside_footprint, int(lay.job_class[j]), t)
@@ -211,7 +226,7 @@ class _Greedy:
         if hit is None or hit[0] != grid.version:
             hit = self.longest[key] = (grid.version, int(kb.longest_free(
                 grid.run, lay.blocks(j), int(lay.gpus[j]), t)))
-        return self.length(j, t) <= hit[1]
+        return hit[1]
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
@@ -246,9 +261,7 @@ class _Greedy:
         # A lower bound on the loss first: at each step the elastic GPUs in use
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
-        free_count = lay.G - self.hard.busy_gpus[t:end]  # (L,)
-        el_used = self.foot.used[t:end]  # (L,)
-        excess = int(np.maximum(el_used - (free_count - k), 0).sum())
+        excess = _excess(self.hard.busy_gpus, self.foot.used, t, end, k, lay.G)
         if excess > 0:
             if not cfg.displace:
                 return None
@@ -268,6 +281,13 @@ class _Greedy:
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
+        if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
+            # wait_value's bar is infinite whenever j has a demand-safe start:
+            # whether it has one is enough (and the latest starts say it first).
+            lay = self.lay
+            safe = t + 1 < lay.T and kb.any_start(self.foot.run, lay.blocks(j), int(lay.gpus[j]),
+                                                  self.hard.steps(j), t + 1, lay.T)
+            return float("inf") if safe else 0.0
         e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
@@ -362,7 +382,7 @@ class _Greedy:
 
     def schedule_rigid(self, t: int) -> None:
         lay = self.lay
-        waiting = [j for j in self.queue if lay.arrival[j] <= t]
+        waiting = [j for j in self.queue if self.arrival[j] <= t]
         self.waiting_gpus = int(lay.gpus[waiting].sum()) if waiting else 0
         self.free_now = int((~self.hard.busy_unheld(t)).sum())
         if not waiting:
@@ -375,9 +395,17 @@ class _Greedy:
         self.foot.refresh(t)
         self.longest.clear()
         want_cs_now = None if self.cfg.fit_ahead else self.want_cs(waiting)
-        # Which jobs have a footprint-free block now (or one free of hard cells).
-        maybe = {j: self.fits(j, t, beside_footprint=True) for j in waiting}
-        maybe_hard = {j: self.fits(j, t, beside_footprint=False) for j in waiting}
+        # Which jobs have a footprint-free block now (or one free of hard cells):
+        # one scan per class and grid.
+        jobs = np.array(waiting, dtype=np.int64)
+        lengths = self.hard.lengths(jobs, t)  # (W,)
+        classes, first = np.unique(lay.job_class[jobs], return_index=True)
+        at = np.searchsorted(classes, lay.job_class[jobs])  # (W,) each job's class, 0..C-1
+        reps = jobs[first].tolist()  # a job of each class
+        foot_run = np.array([self.longest_free(r, t, True) for r in reps], dtype=np.int64)
+        hard_run = np.array([self.longest_free(r, t, False) for r in reps], dtype=np.int64)
+        maybe = dict(zip(waiting, (lengths <= foot_run[at]).tolist()))
+        maybe_hard = dict(zip(waiting, (lengths <= hard_run[at]).tolist()))
         repacks_before = self.foot.repacks
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
