@@ -176,7 +176,7 @@ class _Greedy:
     # ---- rigid jobs -------------------------------------------------------------------
     def want_cs(self, waiting: list[int], j: int | None = None, t: int = 0) -> np.ndarray:
         """(G + 1,) int64 prefix sums of the work that may want each GPU: with
-        fit_ahead, over j's run from t (core.pool_demand); else how many
+        fit_ahead, over j's run from t (core.PoolDemand); else how many
         waiting rigid jobs and services can use it."""
         lay = self.lay
         if j is not None and self.cfg.fit_ahead:
