@@ -160,6 +160,15 @@ _NO_OWNER = np.zeros((1, 1), dtype=np.int64)
 
 
 @njit(cache=True)
+def _open(occ, b, k):
+    """No GPU of [b, b + k) is busy in occ (G,)."""
+    for g in range(b, b + k):
+        if occ[g]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _node_best(occ, class_blocks, lo, hi, k, run, G):
     """The free block among class_blocks[lo:hi] (those of one node) with the
     shortest free run (ties: the lowest): (index, run); index -1 when none
@@ -167,12 +176,7 @@ def _node_best(occ, class_blocks, lo, hi, k, run, G):
     best, best_r = -1, 0
     for x in range(lo, hi):
         b = class_blocks[x]
-        ok = True
-        for g in range(b, b + k):
-            if occ[g]:
-                ok = False
-                break
-        if not ok:
+        if not _open(occ, b, k):
             continue
         r = min(run[b], G)
         if best < 0 or r < best_r:
@@ -264,12 +268,7 @@ def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_bl
                 best_s, best_rr = 0, 0
                 for x in range(lo, hi):
                     b = class_blocks[x]
-                    ok = True
-                    for g in range(b, b + k):
-                        if occ[g]:
-                            ok = False
-                            break
-                    if not ok:
+                    if not _open(occ, b, k):
                         continue
                     s = 0
                     for g in range(b, b + k):
