@@ -97,6 +97,42 @@ def test_earliest_fit_and_all_fits(c, data):
     assert got == [b for b in blocks if ref_free(busy, b, job.gpus, at, need)]
 
 
+@given(clusters(), st.data())
+def test_class_wide_answers_match_the_block_by_block_ones(c, data):
+    """The shortcuts of issue 26 answer as the plain searches do: the longest
+    free run of a class says which needs fit at t; any_start whether a start
+    exists; first_free the lowest free block off marked GPUs; settle_columns
+    gives the grid computed afresh after columns changed."""
+    s, busy, pools_ok = c
+    lay = layout(s)
+    job = s.jobs[0]
+    k, blocks = job.gpus, every_block(s, job.gpus, pools_ok)
+    occ = Occupancy(lay, _busy_as_fixed(busy))
+    b = lay.blocks(0)
+    t = data.draw(st.integers(0, s.T - 1))
+    longest = kb.longest_free(occ.run, b, k, t)
+    for need in range(1, s.T - t + 1):
+        assert (need <= longest) == any(ref_free(busy, x, k, t, need) for x in blocks)
+    after = data.draw(st.integers(0, s.T))
+    d = data.draw(st.integers(1, s.T + 2))
+    assert kb.any_start(occ.run, b, k, d, after, s.T) == (
+        ref_earliest(busy, blocks, k, d, after)[0] < s.T)
+    marked = np.array(data.draw(st.lists(st.booleans(), min_size=s.G, max_size=s.G)))
+    cs = np.concatenate([[0], np.cumsum(marked)]).astype(np.int64)
+    need = data.draw(st.integers(1, s.T - t))
+    fits = [i for i, x in enumerate(blocks)
+            if ref_free(busy, x, k, t, need) and not marked[x:x + k].any()]
+    assert kb.first_free(occ.run, b, k, t, need, cs) == (fits[0] if fits else -1)
+    # Columns from `lo` on change; the grid settles from there down to t_lo.
+    lo = data.draw(st.integers(0, s.T - 1))
+    changed = busy.copy()
+    changed[lo:] = np.array(data.draw(st.lists(st.booleans(), min_size=(s.T - lo) * s.G,
+                                               max_size=(s.T - lo) * s.G))).reshape(-1, s.G)
+    run = kb.runs_of(busy)
+    kb.settle_columns(changed, run, 0, s.T, lo)
+    assert (run == kb.runs_of(changed)).all()
+
+
 @given(clusters(), st.integers(0, 6), st.booleans())
 def test_elastic_fill_takes_the_lowest_free_block_then_the_next(c, n, high):
     s, busy, pools_ok = c
@@ -113,6 +149,25 @@ def test_elastic_fill_takes_the_lowest_free_block_then_the_next(c, n, high):
         assert served[0, t] == len(taken)
         assert (got_free[t] == ref_left).all()
         assert ((owner[t] == 0) == (free[t] & ~ref_left)).all()
+
+
+@given(clusters(), st.lists(st.integers(0, 4), min_size=2, max_size=4), st.booleans())
+def test_elastic_fill_of_several_jobs_is_one_after_the_other(c, ns, high):
+    """Jobs packed in one call (the scans passing over the nodes the ones
+    before filled) take what each would take alone on what was left."""
+    s, busy, pools_ok = c
+    lay = layout(s)
+    k = s.jobs[0].gpus
+    blocks = every_block(s, k, pools_ok)
+    got_free = ~busy
+    need = np.repeat(np.array(ns, dtype=np.int64)[:, None], s.T, axis=1)  # (E, T)
+    served = fill_elastic(lay, got_free, None, [0] * len(ns), need, high=high)
+    for t in range(s.T):
+        left = ~busy[t]
+        for i, n in enumerate(ns):
+            left, taken = ref_pack(left, blocks, k, n, high)
+            assert served[i, t] == len(taken)
+        assert (got_free[t] == left).all()
 
 
 @given(clusters(horizon=(2, 10)), st.data())

@@ -213,7 +213,7 @@ class GreedyConfig:
     (-1.1% and -1.3% of summed weighted throughput, fit_ahead on)."""
     fit_ahead: bool = True
     """The rigid fit key's first term weighs, per pool, the work that may want
-    its GPUs over the job's run (gpualloc.core.pool_demand: rigid jobs not
+    its GPUs over the job's run (gpualloc.core.PoolDemand: rigid jobs not
     yet started arriving before the run ends, gpus x duration, and the
     services' demand in it, each spread over the GPUs it can use); false:
     counts the jobs waiting now and every service (issue 25: flexible jobs

@@ -52,28 +52,43 @@ def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[in
                                           s.jobs[j].arrival, j))
 
 
-def pool_demand(lay, rigid: list[int], elastic: list[int], need: np.ndarray, t: int,
-                end: int) -> np.ndarray:
-    """(P,) int64: per pool, the work that may want each of its GPUs over
-    [t, end), in GPU-steps per GPU (rounded): the rigid jobs of `rigid` (not
-    yet started) that arrive before `end`, gpus x duration each, and the
-    demand `need` (J, T) of the services of `elastic` in [t, end), each
-    spread evenly over the GPUs it can use. Offline the plan knows every job;
-    online, the view's (issue 25: a count of what waits at t lets flexible
-    jobs take the only pool of jobs arriving later)."""
-    pool_gpus = np.bincount(lay.gpu_pool, minlength=lay.P)  # (P,)
-    jobs = [j for j in rigid if lay.arrival[j] < end]
-    work = [float(lay.gpus[j] * lay.duration[j]) for j in jobs]
-    for e in elastic:
-        w = float(need[e, t:end].sum() * lay.gpus[e])
-        if w > 0:
-            jobs.append(e)
-            work.append(w)
-    if not jobs:
-        return np.zeros(lay.P, dtype=np.int64)
-    ok = lay.pool_ok[jobs]  # (n, P)
-    per_gpu = np.array(work) / np.maximum(ok.astype(np.int64) @ pool_gpus, 1)  # (n,)
-    return np.rint(per_gpu @ ok).astype(np.int64)
+class PoolDemand:
+    """Per pool, the work that may want each of its GPUs over [t, end), in
+    GPU-steps per GPU (rounded): the rigid jobs of a queue (not yet started)
+    that arrive before `end`, gpus x duration each, and the demand `need`
+    (J, T) of the services `elastic` in [t, end), each spread evenly over the
+    GPUs it can use. Offline the plan knows every job; online, the view's
+    (issue 25: a count of what waits at t lets flexible jobs take the only
+    pool of jobs arriving later).
+
+    Greedy asks this for nearly every start (issue 26: thousands of jobs
+    waiting at 4,096 GPUs), so what does not change is built once: each
+    job's work and the GPUs it can use, the services' demand as prefix sums
+    over time. A call is then a few array operations over the queue; the
+    values summed, their order and the last sum are those of the plain
+    loop over jobs, so the plans stay the same bit for bit."""
+
+    def __init__(self, lay, elastic: list[int], need: np.ndarray):
+        self.lay = lay
+        pool_gpus = np.bincount(lay.gpu_pool, minlength=lay.P)  # (P,)
+        self.spread = np.maximum(lay.pool_ok.astype(np.int64) @ pool_gpus, 1)  # (J,) its GPUs
+        self.work = (lay.gpus * lay.duration).astype(np.float64)  # (J,) a rigid job's GPU-steps
+        self.el = np.asarray(elastic, dtype=np.int64)  # (E,) in the order given
+        self.need_cs = np.zeros((len(self.el), lay.T + 1), dtype=np.int64)  # (E, T + 1)
+        np.cumsum(need[self.el], axis=1, out=self.need_cs[:, 1:])
+
+    def __call__(self, rigid: np.ndarray, t: int, end: int) -> np.ndarray:
+        """(P,) int64 for the rigid jobs `rigid` (int64, in queue order)."""
+        lay = self.lay
+        rigid = rigid[lay.arrival[rigid] < end]  # (R,)
+        el_work = (self.need_cs[:, end] - self.need_cs[:, t]) * lay.gpus[self.el]  # (E,) int64
+        wanted = el_work > 0
+        jobs = np.concatenate([rigid, self.el[wanted]])  # (n,) rigid first, as listed
+        if not len(jobs):
+            return np.zeros(lay.P, dtype=np.int64)
+        work = np.concatenate([self.work[rigid], el_work[wanted].astype(np.float64)])  # (n,)
+        per_gpu = work / self.spread[jobs]  # (n,) float64
+        return np.rint(per_gpu @ lay.pool_ok[jobs]).astype(np.int64)
 
 
 def replicas_held(s: Scenario, owner: np.ndarray) -> np.ndarray:

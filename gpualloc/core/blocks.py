@@ -30,6 +30,23 @@ def update_columns(busy, run, t_lo, t_hi):
             run[t, g] = 0 if busy[t, g] else run[t + 1, g] + 1
 
 
+@njit(cache=True)
+def settle_columns(busy, run, t_lo, t_hi, changed_lo):
+    """update_columns(busy, run, t_lo, t_hi) when the cells of `busy` changed
+    only in columns >= changed_lo: below that, a column that comes out as it
+    was leaves every earlier one as it was, and the pass stops there."""
+    G = busy.shape[1]
+    for t in range(t_hi - 1, t_lo - 1, -1):
+        moved = False
+        for g in range(G):
+            new = 0 if busy[t, g] else run[t + 1, g] + 1
+            if new != run[t, g]:
+                run[t, g] = new
+                moved = True
+        if not moved and t < changed_lo:
+            return
+
+
 def runs_of(busy: np.ndarray) -> np.ndarray:
     """(T, G) bool busy -> (T + 1, G) int32 free-run grid."""
     T, G = busy.shape
@@ -66,6 +83,34 @@ def any_free(run, blocks, k, t, need):
 
 
 @njit(cache=True)
+def longest_free(run, blocks, k, t):
+    """The most steps some block stays free from t: max over blocks of
+    min(run[t, b:b + k]); a block is free for `need` steps exactly when
+    need <= this (0: none is free). One pass answers any_free for every
+    job of a class at once."""
+    best = 0
+    for i in range(blocks.shape[0]):
+        m = run[t, blocks[i]]
+        for g in range(blocks[i] + 1, blocks[i] + k):
+            if run[t, g] < m:
+                m = run[t, g]
+        if m > best:
+            best = m
+    return best
+
+
+@njit(cache=True)
+def first_free(run, blocks, k, t, need, taken_cs):
+    """Index of the lowest block free for `need` steps from t that holds none
+    of the GPUs counted in taken_cs ((G + 1,) prefix sums); -1 if none."""
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        if taken_cs[b + k] == taken_cs[b] and block_free(run, b, k, t, need):
+            return i
+    return -1
+
+
+@njit(cache=True)
 def earliest(run, blocks, block_pool, k, d, after, T, short, guarded, out):
     """The earliest start t in [after, T) at which some block is free for
     min(d, T - t) steps (and, when guarded, its pool not short[pool, t]);
@@ -81,6 +126,18 @@ def earliest(run, blocks, block_pool, k, d, after, T, short, guarded, out):
         if found:
             return t
     return T
+
+
+@njit(cache=True)
+def any_start(run, blocks, k, d, after, T):
+    """Whether earliest(...) finds a start in [after, T) (unguarded): the
+    latest starts, which need the fewest steps, are tried first."""
+    for t in range(T - 1, after - 1, -1):
+        need = min(d, T - t)
+        for i in range(blocks.shape[0]):
+            if block_free(run, blocks[i], k, t, need):
+                return True
+    return False
 
 
 @njit(cache=True)

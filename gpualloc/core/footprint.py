@@ -41,13 +41,26 @@ class Footprint:
         self.weight = lay.priority[self.el] * lay.gpus[self.el]  # (E,) value of a replica-step
         self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
         self.served = np.zeros((len(elastic), T), dtype=np.int64)  # (E, T) replicas packed
+        self.gpus = lay.gpus[self.el]  # (E,)
+        self.used = np.zeros(T, dtype=np.int64)  # (T,) GPUs the packed replicas hold per step
+        self.version = 0  # counts the changes of `run`, as Occupancy.version
         self.avoid = hard.busy.copy()  # (T, G) hard | footprint
         self.run = kb.runs_of(self.avoid)
-        self.dirty = (0, T)  # columns whose footprint is stale
+        self.stale = np.ones(T, dtype=np.bool_)  # (T,) columns whose footprint is stale
+        self.any_stale = True
         self.repacks = 0  # re-packs `loss` has done
 
-    def touch(self, lo: int, hi: int) -> None:
-        self.dirty = (min(self.dirty[0], lo), max(self.dirty[1], hi))
+    def touch(self, lo: int, hi: int, columns: np.ndarray | None = None) -> None:
+        """Columns [lo, hi) are stale (those of them marked in `columns`, when given)."""
+        if columns is None:
+            self.stale[lo:hi] = True
+        else:
+            self.stale[lo:hi] |= columns
+        if self.subsets is not None:  # by class: every column between stale ones re-packs
+            at = np.nonzero(self.stale)[0]
+            if len(at):
+                self.stale[at[0]:at[-1] + 1] = True
+        self.any_stale = bool(self.stale.any())
 
     def changed(self, start: int, end: int, first: int, k: int) -> None:
         """Hard cells changed in a block: the avoid grid follows; the footprint
@@ -56,32 +69,44 @@ class Footprint:
         rows = slice(first, first + k)
         self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
         kb.update_runs(self.avoid, self.run, first, first + k, end)
+        self.version += 1
 
     def placed(self, start: int, end: int, first: int, k: int) -> None:
-        """A block became hard (a start, a reservation)."""
-        if self.fp[start:end, first:first + k].any():
-            self.touch(start, end)
+        """A block became hard (a start, a reservation). Packed by priority
+        only, a column the block does not meet packs as before (see changed):
+        only the columns it meets go stale (issue 26: a re-pack is the costly
+        part at thousands of GPUs). By class, Hall's counts see every free
+        GPU: the whole run does."""
+        meets = self.fp[start:end, first:first + k].any(1)  # (L,)
+        if meets.any():
+            self.touch(start, end, meets if self.subsets is None else None)
         self.changed(start, end, first, k)
 
     def refresh(self, t: int) -> None:
-        """Re-pack the stale footprint columns from t on."""
-        lo, hi = max(self.dirty[0], t), self.dirty[1]
-        self.dirty = (self.lay.T, 0)
-        if lo >= hi:
+        """Re-pack the stale footprint columns from t on (those before t are
+        past: dropped)."""
+        if not self.any_stale:
+            return
+        cols = t + np.nonzero(self.stale[t:])[0]  # (C,) ascending
+        self.stale[:] = False
+        self.any_stale = False
+        if not len(cols):
             return
         if self.elastic and self.demand_aware:
-            free = ~self.hard.busy[lo:hi]  # (C, G)
-            self.served[:, lo:hi] = self.pack(free, lo, hi)
-            self.fp[lo:hi] = ~self.hard.busy[lo:hi] & ~free
-        self.avoid[lo:hi] = self.hard.busy[lo:hi] | self.fp[lo:hi]
-        kb.update_columns(self.avoid, self.run, t, hi)
+            free = ~self.hard.busy[cols]  # (C, G)
+            self.served[:, cols] = self.pack(free, cols)
+            self.used[cols] = self.gpus @ self.served[:, cols]
+            self.fp[cols] = ~self.hard.busy[cols] & ~free
+        self.avoid[cols] = self.hard.busy[cols] | self.fp[cols]
+        kb.settle_columns(self.avoid, self.run, t, int(cols[-1]) + 1, int(cols[0]))
+        self.version += 1
 
-    def pack(self, free: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    def pack(self, free: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """(E, C) replicas served (rows in the order of service) when the
-        demand of [lo, hi) is packed, in the packing order, into `free` (C, G)
-        bool, which is updated."""
-        return serve(self.lay, free, None, self.elastic, self.need[self.el, lo:hi], True,
-                     self.subsets, self.order)
+        demand of the columns `cols` (C,) is packed, in the packing order, into
+        `free` (C, G) bool, which is updated."""
+        need = self.need[self.el[:, None], cols[None, :]]  # (E, C)
+        return serve(self.lay, free, None, self.elastic, need, True, self.subsets, self.order)
 
     def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over [t, end)
@@ -91,10 +116,18 @@ class Footprint:
         w = self.weight
         base = float((w[:, None] * self.served[:, t:end]).sum())
         out = np.zeros(len(cand), dtype=np.float64)
+        every = np.arange(t, end)
         for i, g in enumerate(cand.tolist()):
-            free = ~self.hard.busy[t:end]  # (L, G)
-            free[:, g:g + k] = False
-            served = self.pack(free, t, end)
+            # Packed by priority only, the columns where the footprint does not
+            # use the block pack as they are (see placed): only the others are
+            # re-packed; the sum below is over the same (E, L) grid either way.
+            cols = (t + np.nonzero(self.fp[t:end, g:g + k].any(1))[0] if self.subsets is None
+                    else every)  # (C,)
+            served = self.served[:, t:end].copy()  # (E, L)
+            if len(cols):
+                free = ~self.hard.busy[cols]  # (C, G)
+                free[:, g:g + k] = False
+                served[:, cols - t] = self.pack(free, cols)
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
         return out
 

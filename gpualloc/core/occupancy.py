@@ -31,6 +31,7 @@ class Snapshot:
     start: np.ndarray
     first: np.ndarray
     segment: tuple
+    busy_gpus: np.ndarray
 
 
 class Occupancy:
@@ -45,8 +46,12 @@ class Occupancy:
         self.fixed = (np.full((lay.T, lay.G), IDLE, dtype=np.int64) if fixed is None
                       else np.array(fixed, dtype=np.int64, order="C"))  # own copy: cut edits it
         self.busy = self.fixed >= 0  # (T, G) bool
+        self.busy_gpus = self.busy.sum(1)  # (T,) int64: busy cells per step, kept with busy
         self.owner = np.full((lay.T, lay.G), IDLE, dtype=np.int64)  # placed jobs only
         self.run = kb.runs_of(self.busy)  # (T + 1, G) int32
+        self.version = 0
+        """Counts the changes of `run`: a caller may keep answers until it moves."""
+        self.durations = lay.duration.tolist()  # read by length() (a list: no numpy scalars)
         self.start = np.full(lay.J, -1, dtype=np.int64)
         self.first = np.full(lay.J, -1, dtype=np.int64)
         self.held: tuple[int, int, int, int] | None = None
@@ -89,23 +94,39 @@ class Occupancy:
     def length(self, j: int, start: int) -> int:
         """Steps j's segment started at `start` runs inside the horizon."""
         if not self.closed[j]:  # a first segment: the whole run (the common case, kept fast)
-            return min(int(self.lay.duration[j]), self.T - start)
+            return min(self.durations[j], self.T - start)
         return min(self.steps(j), self.T - start)
+
+    def _mark(self, start: int, end: int, first: int, k: int, cells) -> None:
+        """busy[start:end, first:first + k] = cells, with its count per step and
+        its free runs."""
+        block = self.busy[start:end, first:first + k]  # (L, k) a view
+        self.busy_gpus[start:end] -= block.sum(1)
+        block[...] = cells
+        self.busy_gpus[start:end] += block.sum(1)
+        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self.version += 1
+
+    def lengths(self, jobs: np.ndarray, start: int) -> np.ndarray:
+        """(n,) int64: `length(j, start)` of each of `jobs` (n,), at once."""
+        lay = self.lay
+        steps = np.where(self.closed[jobs] > 0,
+                         lay.restart_cost[jobs] + lay.duration[jobs] - self.progress[jobs],
+                         lay.duration[jobs])  # (n,) as steps()
+        return np.minimum(steps, self.T - start)
 
     def place(self, j: int, start: int, first: int) -> None:
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)
-        self.busy[start:end, first:first + k] = True
         self.owner[start:end, first:first + k] = j
-        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self._mark(start, end, first, k, True)
         self.start[j], self.first[j] = start, first
 
     def remove(self, j: int) -> None:
         """Undo j's current placement."""
         start, first = int(self.start[j]), int(self.first[j])
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)
-        self.busy[start:end, first:first + k] = False
         self.owner[start:end, first:first + k] = IDLE
-        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self._mark(start, end, first, k, False)
         self.start[j] = self.first[j] = -1
 
     def cut(self, j: int, t: int) -> None:
@@ -118,8 +139,7 @@ class Occupancy:
         rows, cols = slice(t, end), slice(first, first + k)
         self.fixed[rows, cols] = np.where(self.fixed[rows, cols] == j, IDLE, self.fixed[rows, cols])
         self.owner[rows, cols] = IDLE
-        self.busy[rows, cols] = self.fixed[rows, cols] >= 0
-        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self._mark(t, end, first, k, self.fixed[rows, cols] >= 0)
         self.progress[j] += max(t - start - self.restoring(j), 0)
         self.closed[j] += 1
         self.start[j] = self.first[j] = -1
@@ -136,8 +156,7 @@ class Occupancy:
         """EASY reservation: GPUs [first, first + k) over [start, end) are
         held for the head of a queue; later placements must not overlap them.
         Held cells are busy but owned by no job; `release` frees them."""
-        self.busy[start:end, first:first + k] = True
-        kb.update_runs(self.busy, self.run, first, first + k, end)
+        self._mark(start, end, first, k, True)
         self.held = (start, end, first, k)
 
     def release(self) -> tuple[int, int, int, int] | None:
@@ -145,8 +164,7 @@ class Occupancy:
         held, self.held = self.held, None
         if held is not None:
             start, end, first, k = held
-            self.busy[start:end, first:first + k] = self.fixed[start:end, first:first + k] >= 0
-            kb.update_runs(self.busy, self.run, first, first + k, end)
+            self._mark(start, end, first, k, self.fixed[start:end, first:first + k] >= 0)
             return held
 
     def busy_unheld(self, t: int) -> np.ndarray:
@@ -161,10 +179,12 @@ class Occupancy:
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),
                         self.first.copy(),
-                        (self.closed.copy(), self.progress.copy()))
+                        (self.closed.copy(), self.progress.copy()), self.busy_gpus.copy())
 
     def restore(self, snap: Snapshot) -> None:
         self.busy, self.owner, self.run = snap.busy, snap.owner, snap.run
+        self.busy_gpus = snap.busy_gpus
+        self.version += 1
         self.start, self.first = snap.start, snap.first
         self.closed, self.progress = (a.copy() for a in snap.segment)
 

@@ -10,7 +10,8 @@ lowest GPU index up, the highest-first variant from the top down (runs then
 align at their last GPU). Jobs are served in the order given, each up to
 its replicas wanted, on the GPUs the ones before it left free.
 
-Compiled with numba; everything is a loop over one column's G GPUs.
+Compiled with numba; everything is a loop over one column's G GPUs (and its
+nodes' free counts, which let the scans pass over full nodes).
 """
 from __future__ import annotations
 
@@ -21,84 +22,119 @@ from gpualloc.core.blocks import runs_in_nodes
 
 
 @njit(cache=True)
-def _take(free, owner, c, label, lo, hi):
+def _take(free, owner, c, label, lo, hi, gpu_node, node_free, skip, step):
     for x in range(lo, hi):
         free[c, x] = False
+        node = gpu_node[x]
+        node_free[node] -= 1
+        if node_free[node] == 0:  # full: scans pass over it from now on
+            skip[node + 1] = node + 1 + step
         if label >= 0:
             owner[c, x] = label
 
 
 @njit(cache=True)
+def _next_open(skip, x):
+    """The first node at or after position x (node + 1) in scan order with a
+    free GPU (0 or N + 1 past the ends), halving the paths walked."""
+    while skip[x] != x:
+        skip[x] = skip[skip[x]]
+        x = skip[x]
+    return x
+
+
+@njit(cache=True)
 def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node_pool,
-                pool_gpn, pool_nodes, high):
+                pool_gpn, pool_nodes, high, gpu_node, node_free, skip):
     """Take up to n replicas of k GPUs in column c of `free` (C, G) bool,
     restricted to pools with pool_ok (P,); taken GPUs become not free and, when
-    label >= 0, owner[c, g] = label. Returns the replicas taken."""
+    label >= 0, owner[c, g] = label. Returns the replicas taken.
+
+    node_free (N,): free GPUs per node of the column; skip (N + 2,): from
+    each node (at node + 1), the next one in scan order (down when `high`)
+    that is not full; both kept up to date here. They only pass over nodes
+    the plain scan would cross without taking anything (a node with fewer
+    than k free GPUs holds no run of k; a run of whole nodes restarts after
+    one that is not whole), so the replicas are those of the plain scan:
+    what they save is every job rescanning the full nodes (issue 26:
+    hundreds of services over thousands of GPUs)."""
     taken = 0
     if n <= 0:
         return 0
     P = pool_gpn.shape[0]
+    step = -1 if high else 1
     for pi in range(P):
         p = P - 1 - pi if high else pi
         if not pool_ok[p]:
             continue
         gpn = pool_gpn[p]
         lo, hi = pool_nodes[p], pool_nodes[p + 1]
+        node = _next_open(skip, (hi - 1 if high else lo) + 1) - 1
         if k <= gpn:
-            for ni in range(hi - lo):
-                node = hi - 1 - ni if high else lo + ni
-                a, b = node_first[node], node_end[node]
-                count = 0
-                for gi in range(b - a):
-                    g = b - 1 - gi if high else a + gi
-                    if free[c, g]:
-                        count += 1
-                        if count == k:
-                            first = g if high else g - k + 1
-                            _take(free, owner, c, label, first, first + k)
-                            taken += 1
-                            if taken == n:
-                                return taken
+            while lo <= node < hi:
+                if node_free[node] >= k:
+                    a, b = node_first[node], node_end[node]
+                    count = 0
+                    for gi in range(b - a):
+                        g = b - 1 - gi if high else a + gi
+                        if free[c, g]:
+                            count += 1
+                            if count == k:
+                                first = g if high else g - k + 1
+                                _take(free, owner, c, label, first, first + k, gpu_node,
+                                      node_free, skip, step)
+                                taken += 1
+                                count = 0
+                                if taken == n:
+                                    return taken
+                        else:
                             count = 0
-                    else:
-                        count = 0
+                node = _next_open(skip, node + 1 + step) - 1
         elif k % gpn == 0:
             m = k // gpn
             count = 0
-            for ni in range(hi - lo):
-                node = hi - 1 - ni if high else lo + ni
-                whole = True
-                for g in range(node_first[node], node_end[node]):
-                    if not free[c, g]:
-                        whole = False
-                        break
-                if not whole:
-                    count = 0
-                    continue
-                count += 1
-                if count == m:
-                    first_node = node if high else node - m + 1
-                    _take(free, owner, c, label, node_first[first_node],
-                          node_end[first_node + m - 1])
-                    taken += 1
-                    if taken == n:
-                        return taken
-                    count = 0
+            last = -2
+            while lo <= node < hi:
+                if node != last + step or node_free[node] != gpn:
+                    count = 0  # a node passed over, or this one, is not whole
+                if node_free[node] == gpn:
+                    count += 1
+                    if count == m:
+                        first_node = node if high else node - m + 1
+                        _take(free, owner, c, label, node_first[first_node],
+                              node_end[first_node + m - 1], gpu_node, node_free, skip, step)
+                        taken += 1
+                        count = 0
+                        if taken == n:
+                            return taken
+                last = node
+                node = _next_open(skip, node + 1 + step) - 1
     return taken
 
 
 @njit(cache=True)
 def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool, pool_gpn,
-         pool_nodes, high, served):
+         pool_nodes, high, served, gpu_node):
     """Serve `jobs` (E,) in order in every column of `free` (C, G): job
     jobs[i] up to need[i, c] replicas of gpus[i] GPUs on pools pool_ok[i]
     (E, P). Writes owner[c, g] = jobs[i] where jobs[i] >= 0 and served[i, c]."""
-    C = free.shape[0]
+    C, G = free.shape
+    N = node_first.shape[0]
+    node_free = np.zeros(N, dtype=np.int64)
+    skip = np.zeros(N + 2, dtype=np.int64)
+    step = -1 if high else 1
     for c in range(C):
+        node_free[:] = 0
+        for g in range(G):
+            if free[c, g]:
+                node_free[gpu_node[g]] += 1
+        skip[0], skip[N + 1] = 0, N + 1
+        for x in range(N):
+            skip[x + 1] = x + 1 if node_free[x] > 0 else x + 1 + step
         for i in range(jobs.shape[0]):
             served[i, c] = pack_column(free, c, owner, jobs[i], gpus[i], need[i, c], pool_ok[i],
                                        node_first, node_end, node_pool, pool_gpn, pool_nodes,
-                                       high)
+                                       high, gpu_node, node_free, skip)
 
 
 def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np.ndarray,
@@ -116,11 +152,36 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
         owner = _NO_OWNER
     fill(free, owner, labels, np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs],
          lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
-         lay.pool_nodes, high, served)
+         lay.pool_nodes, high, served, lay.gpu_node)
     return served
 
 
 _NO_OWNER = np.zeros((1, 1), dtype=np.int64)
+
+
+@njit(cache=True)
+def _open(occ, b, k):
+    """No GPU of [b, b + k) is busy in occ (G,)."""
+    for g in range(b, b + k):
+        if occ[g]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _node_best(occ, class_blocks, lo, hi, k, run, G):
+    """The free block among class_blocks[lo:hi] (those of one node) with the
+    shortest free run (ties: the lowest): (index, run); index -1 when none
+    is free."""
+    best, best_r = -1, 0
+    for x in range(lo, hi):
+        b = class_blocks[x]
+        if not _open(occ, b, k):
+            continue
+        r = min(run[b], G)
+        if best < 0 or r < best_r:
+            best, best_r = x, r
+    return best, best_r
 
 
 @njit(cache=True)
@@ -130,45 +191,105 @@ def serve_best_fit(occ, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_bl
     elastic service; fill_elastic is the packing of every other): jobs
     in order, each on the free block (occ (G,) bool busy) whose GPUs the
     fewest later jobs can use, then the shortest free run, then the lowest
-    index. Writes picks[i, :n_picks[i]] (first GPUs)."""
-    G = occ.shape[0]
+    index. Writes picks[i, :n_picks[i]] (first GPUs).
+
+    Issue 26 (hundreds of services on thousands of GPUs): a block inside one
+    node has the want of its node's pool on each GPU, so a node's best block
+    is the one with the shortest run whatever the job; each class keeps its
+    best block per node, a replica compares nodes, and a pick makes only its
+    own nodes' bests stale. Blocks of whole nodes are compared one by one."""
+    G, N = occ.shape[0], node_first.shape[0]
     E, P = jobs.shape[0], pool_ok.shape[1]
+    C = class_ptr.shape[0] - 1
     run = np.zeros(G, dtype=np.int64)
     free = np.zeros(G, dtype=np.bool_)
-    want_cs = np.zeros(G + 1, dtype=np.int64)
+    for g in range(G):
+        free[g] = not occ[g]
+    runs_in_nodes(free, gpu_node, node_first, node_end, run)
+    # Per class (built when a job of it first comes): its blocks by node,
+    # each node's best block and run, and which nodes went stale since.
+    built = np.zeros(C, dtype=np.bool_)
+    inside = np.zeros(C, dtype=np.bool_)
+    node_ptr = np.zeros((C, N + 1), dtype=np.int64)
+    best_x = np.full((C, N), -1, dtype=np.int64)
+    best_r = np.zeros((C, N), dtype=np.int64)
+    stale = np.zeros((C, N), dtype=np.bool_)
+    node_pool = gpu_pool[node_first]  # (N,)
+    pool_want = np.zeros(P, dtype=np.int64)
     for i in range(E):
         j = jobs[i]
         k = gpus[i]
-        pool_want = np.zeros(P, dtype=np.int64)
+        n_picks[i] = 0
+        if need[i] <= 0:
+            continue
+        # Later jobs still wanting replicas, per pool: the want of each GPU.
+        pool_want[:] = 0
         for f in range(i + 1, E):
             if need[f] > 0:
                 for p in range(P):
                     pool_want[p] += pool_ok[f, p]
-        for g in range(G):
-            want_cs[g + 1] = want_cs[g] + pool_want[gpu_pool[g]]
         c = job_class[j]
-        n_picks[i] = 0
+        lo, hi = class_ptr[c], class_ptr[c + 1]
+        if not built[c]:
+            built[c] = True
+            inside[c] = True
+            for x in range(lo, hi):
+                if gpu_node[class_blocks[x]] != gpu_node[class_blocks[x] + k - 1]:
+                    inside[c] = False
+                    break
+            if inside[c]:  # blocks ascend, so each node's are contiguous
+                node_ptr[c, :] = lo
+                for x in range(lo, hi):
+                    node_ptr[c, gpu_node[class_blocks[x]] + 1] = x + 1
+                for n in range(N):  # a node without blocks starts where the one before ends
+                    if node_ptr[c, n + 1] < node_ptr[c, n]:
+                        node_ptr[c, n + 1] = node_ptr[c, n]
+                stale[c, :] = True
+        if inside[c]:
+            for n in range(N):
+                if stale[c, n]:
+                    stale[c, n] = False
+                    best_x[c, n], best_r[c, n] = _node_best(
+                        occ, class_blocks, node_ptr[c, n], node_ptr[c, n + 1], k, run, G)
         for _ in range(need[i]):
-            for g in range(G):
-                free[g] = not occ[g]
-            runs_in_nodes(free, gpu_node, node_first, node_end, run)
-            best, best_s, best_r = -1, 0, 0
-            for x in range(class_ptr[c], class_ptr[c + 1]):
-                b = class_blocks[x]
-                ok = True
-                for g in range(b, b + k):
-                    if occ[g]:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                s = want_cs[b + k] - want_cs[b]
-                r = min(run[b], G)
-                if best < 0 or s < best_s or (s == best_s and r < best_r):
-                    best, best_s, best_r = b, s, r
+            best = -1
+            if inside[c]:
+                pick, pick_s = -1, 0
+                for n in range(N):
+                    if best_x[c, n] < 0:
+                        continue
+                    s = k * pool_want[node_pool[n]]
+                    if (pick < 0 or s < pick_s
+                            or (s == pick_s and best_r[c, n] < best_r[c, pick])):
+                        pick, pick_s = n, s
+                if pick >= 0:
+                    best = class_blocks[best_x[c, pick]]
+            else:
+                best_s, best_rr = 0, 0
+                for x in range(lo, hi):
+                    b = class_blocks[x]
+                    if not _open(occ, b, k):
+                        continue
+                    s = 0
+                    for g in range(b, b + k):
+                        s += pool_want[gpu_pool[g]]
+                    r = min(run[b], G)
+                    if best < 0 or s < best_s or (s == best_s and r < best_rr):
+                        best, best_s, best_rr = b, s, r
             if best < 0:
                 break
             for g in range(best, best + k):
                 occ[g] = True
+                free[g] = False
+            # Only the runs (and best blocks) of the nodes the replica took change.
+            n0, n1 = gpu_node[best], gpu_node[best + k - 1] + 1
+            runs_in_nodes(free, gpu_node, node_first[n0:n1], node_end[n0:n1], run)
+            for n in range(n0, n1):
+                stale[:, n] = True
+            if inside[c]:
+                for n in range(n0, n1):
+                    stale[c, n] = False
+                    best_x[c, n], best_r[c, n] = _node_best(
+                        occ, class_blocks, node_ptr[c, n], node_ptr[c, n + 1], k, run, G)
             picks[i, n_picks[i]] = best
             n_picks[i] += 1

@@ -20,6 +20,7 @@ import torch
 
 from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
                            time_major)
+from gpualloc.core import blocks as kb
 from gpualloc.core.easy import easy_pass
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.layout import layout
@@ -42,6 +43,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
     elastic = service_order(s)
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
+    arrival = lay.arrival.tolist()
     for t in range(lay.T if window is None else min(window, lay.T)):
         occ.release()
         column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
@@ -49,14 +51,21 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
         replica = np.zeros(lay.G + 1, dtype=np.int64)  # prefix sums of GPUs serving replicas at t
         np.cumsum((owner[t] >= 0) & ~occ.busy[t], out=replica[1:])
 
+        # The grid only fills during a pass: once no block of a class is free
+        # for n steps, none is for n or more (issue 26: most of thousands of
+        # waiting jobs are answered without a scan).
+        short: dict[int, int] = {}  # class -> the fewest steps no block was free for
+
         def start(j: int) -> bool:  # the lowest free block holding no replica at t
-            b, k = lay.blocks(j), int(lay.gpus[j])
-            free = occ.free_at(j, t)
-            if free.any():
-                free &= replica[b + k] == replica[b]
-            if not free.any():
+            c, need = int(lay.job_class[j]), occ.length(j, t)
+            if need >= short.get(c, lay.T + 1):
                 return False
-            g = int(b[np.nonzero(free)[0][0]])
+            b, k = lay.blocks(j), int(lay.gpus[j])
+            i = kb.first_free(occ.run, b, k, t, need, replica)
+            if i < 0:
+                short[c] = need
+                return False
+            g = int(b[i])
             owner[t:t + occ.length(j, t), g:g + k] = j
             occ.place(j, t, g)
             return True
@@ -68,6 +77,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
                 occ.hold(t0, t0 + occ.length(j, t0), g, int(lay.gpus[j]))
             return True  # the head's turn is taken, held or not
 
-        for j in easy_pass([j for j in queue if lay.arrival[j] <= t], start, reserve):
-            queue.remove(j)
+        started = set(easy_pass([j for j in queue if arrival[j] <= t], start, reserve))
+        if started:
+            queue = [j for j in queue if j not in started]
     return Plan(owner=owner_of(owner))

@@ -31,7 +31,7 @@ At each timestep t:
   it (or is worth displacing), so elastic work is served first either way.
 
 Rigid best fit: the block whose pools the least work wants over the job's
-run (fit_ahead: gpualloc.core.pool_demand; else the fewest waiting jobs),
+run (fit_ahead: gpualloc.core.PoolDemand; else the fewest waiting jobs),
 then the node left with the fewest free GPUs, the shortest run of whole free
 nodes (kept for gangs), the shortest free run, the lowest index.
 
@@ -49,7 +49,7 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import (fixed_jobs, owner_of, pool_demand, priority_order, service_order,
+from gpualloc.core import (PoolDemand, fixed_jobs, owner_of, priority_order, service_order,
                            still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
@@ -132,6 +132,16 @@ def _fit_keys(free, cand, k, want_cs, gpu_node, node_first, node_end, node_pool,
         out[i] = (key * W + min(run[b], G)) * W + b
 
 
+@njit(cache=True)
+def _excess(busy_gpus, used, t, end, k, G):
+    """Elastic GPUs in use over [t, end) beyond the free GPUs left beside a
+    new block of k (busy_gpus, used: (T,) per step), summed."""
+    out = 0
+    for x in range(t, end):
+        out += max(used[x] - (G - busy_gpus[x] - k), 0)
+    return out
+
+
 # ---- the policy ----------------------------------------------------------------------------
 
 class _Greedy:
@@ -165,21 +175,41 @@ class _Greedy:
         # The elastic footprint and the grid a new rigid job must avoid (core).
         self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware,
                               cfg.type_aware)
+        self.demand = PoolDemand(lay, self.elastic, need)
+        # Answers shared by the many jobs of one pass (issue 26: thousands wait
+        # at 4,096 GPUs): the fit key's demand by (t, end) until the queue
+        # changes; the longest free run of a class's blocks until its grid does.
+        self.cached_cs: dict[tuple[int, int], np.ndarray] = {}
+        self.queued = None  # self.queue as an int64 array, rebuilt when it changes
+        self.longest: dict[tuple[bool, int, int], tuple[int, int]] = {}
+        self.arrival = lay.arrival.tolist()  # a list: read per waiting job per step
         self.now = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- rigid jobs -------------------------------------------------------------------
     def want_cs(self, waiting: list[int], j: int | None = None, t: int = 0) -> np.ndarray:
         """(G + 1,) int64 prefix sums of the work that may want each GPU: with
-        fit_ahead, over j's run from t (core.pool_demand); else how many
+        fit_ahead, over j's run from t (core.PoolDemand); else how many
         waiting rigid jobs and services can use it."""
         lay = self.lay
         if j is not None and self.cfg.fit_ahead:
-            per_pool = pool_demand(lay, self.queue, self.elastic, self.need, t,
-                                   t + self.length(j, t))
-        else:
-            per_pool = lay.pool_ok[waiting + self.elastic].sum(0, dtype=np.int64)  # (P,)
+            # Jobs of one length share it: computed once per (t, end) until the queue changes.
+            end = t + self.length(j, t)
+            cs = self.cached_cs.get((t, end))
+            if cs is not None:
+                return cs
+            if self.queued is None:
+                self.queued = np.array(self.queue, dtype=np.int64)
+            per_pool = self.demand(self.queued, t, end)
+            cs = self.cached_cs[(t, end)] = np.concatenate(
+                [[0], np.cumsum(per_pool[lay.gpu_pool])]).astype(np.int64)
+            return cs
+        per_pool = lay.pool_ok[waiting + self.elastic].sum(0, dtype=np.int64)  # (P,)
         return np.concatenate([[0], np.cumsum(per_pool[lay.gpu_pool])]).astype(np.int64)
+
+    def queue_changed(self) -> None:
+        self.queued = None
+        self.cached_cs.clear()
 
     def fit_key(self, j: int, cand: np.ndarray, free_t: np.ndarray,
                 want_cs: np.ndarray) -> np.ndarray:
@@ -192,6 +222,24 @@ class _Greedy:
     def free_blocks(self, run: np.ndarray, j: int, t: int) -> np.ndarray:
         """(B,) bool: j's blocks free in `run` for its run from t."""
         return self.hard.free_at(j, t, run=run)
+
+    def fits(self, j: int, t: int, beside_footprint: bool) -> bool:
+        """Whether some block of j is free for its run from t: beside the
+        footprint (its grid refreshed) or of the hard cells only. Exactly
+        free_blocks(...).any()."""
+        return self.length(j, t) <= self.longest_free(j, t, beside_footprint)
+
+    def longest_free(self, j: int, t: int, beside_footprint: bool) -> int:
+        """The longest free run from t of a block of j's class, kept until
+        that grid changes."""
+        lay = self.lay
+        grid = self.foot if beside_footprint else self.hard
+        key = (beside_footprint, int(lay.job_class[j]), t)
+        hit = self.longest.get(key)
+        if hit is None or hit[0] != grid.version:
+            hit = self.longest[key] = (grid.version, int(kb.longest_free(
+                grid.run, lay.blocks(j), int(lay.gpus[j]), t)))
+        return hit[1]
 
     def start(self, j: int, g: int, t: int) -> None:
         k, end = int(self.lay.gpus[j]), t + self.length(j, t)
@@ -212,31 +260,28 @@ class _Greedy:
         t0, out = self.hard.earliest(j, t + 1, run=run)
         return None if out is None else (t0, out)
 
-    def displacing(self, j: int, t: int, want_cs: np.ndarray, later):
+    def displacing(self, j: int, t: int, want, later):
         """Best block to start j at t on, among the free blocks that overlap the
         elastic footprint: a block where the elastic demand re-packs without
         loss, else (displace) the one with the highest value net of the
         displaced elastic service, if that beats later() (what waiting for a
-        demand-safe start would give; computed only when needed). Returns the
-        block or None."""
+        demand-safe start would give; computed only when needed); `want()`:
+        the fit key's demand. Returns the block or None."""
         lay, cfg = self.lay, self.cfg
         k, end = int(lay.gpus[j]), t + self.length(j, t)
-        hard = self.free_blocks(self.hard.run, j, t)
-        if not hard.any():
+        if not self.fits(j, t, beside_footprint=False):
             return None
         # A lower bound on the loss first: at each step the elastic GPUs in use
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
-        free_count = lay.G - self.hard.busy[t:end].sum(1)  # (L,)
-        el_used = (self.foot.served[:, t:end] * self.el_gpus[:, None]).sum(0)  # (L,)
-        excess = int(np.maximum(el_used - (free_count - k), 0).sum())
+        excess = _excess(self.hard.busy_gpus, self.foot.used, t, end, k, lay.G)
         if excess > 0:
             if not cfg.displace:
                 return None
             if not worth_displacing(self.value(j, t) - self.min_el_priority * float(excess), later):
                 return None
-        cand = lay.blocks(j)[hard]
-        key = self.fit_key(j, cand, ~self.hard.busy[t], want_cs)
+        cand = lay.blocks(j)[self.free_blocks(self.hard.run, j, t)]
+        key = self.fit_key(j, cand, ~self.hard.busy[t], want())
         cand = cand[np.argsort(key, kind="stable")[: cfg.repack_blocks]]  # best fit first
         loss = self.foot.loss(t, end, k, cand)
         if (loss <= EPS).any():
@@ -249,6 +294,13 @@ class _Greedy:
 
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
+        if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
+            # wait_value's bar is infinite whenever j has a demand-safe start:
+            # whether it has one is enough (and the latest starts say it first).
+            lay = self.lay
+            safe = t + 1 < lay.T and kb.any_start(self.foot.run, lay.blocks(j), int(lay.gpus[j]),
+                                                  self.hard.steps(j), t + 1, lay.T)
+            return float("inf") if safe else 0.0
         e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
@@ -263,28 +315,28 @@ class _Greedy:
             return float("inf")
         return self.value(j, t_safe)
 
-    def try_start(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
-        """Start j at t on its best-fit demand-safe block; False if none."""
+    def try_start(self, j: int, t: int, want, allow_repack: bool) -> bool:
+        """Start j at t on its best-fit demand-safe block; False if none.
+        `want()`: the fit key's demand (most jobs that wait never need it)."""
         self.foot.refresh(t)
-        ok = self.free_blocks(self.foot.run, j, t)
-        if ok.any():
-            cand = self.lay.blocks(j)[ok]
-            key = self.fit_key(j, cand, ~self.foot.avoid[t], want_cs)
+        if self.fits(j, t, beside_footprint=True):
+            cand = self.lay.blocks(j)[self.free_blocks(self.foot.run, j, t)]
+            key = self.fit_key(j, cand, ~self.foot.avoid[t], want())
             self.start(j, int(cand[np.argmin(key)]), t)
             return True
         if not allow_repack or not self.cfg.demand_aware:
             return False
         # Every free block overlaps the footprint: re-pack the elastic demand
         # without it (and weigh what it would displace).
-        if not self.free_blocks(self.hard.run, j, t).any():
+        if not self.fits(j, t, beside_footprint=False):
             return False
-        g = self.displacing(j, t, want_cs, lambda: self.later_value(j, t))
+        g = self.displacing(j, t, want, lambda: self.later_value(j, t))
         if g is None:
             return False
         self.start(j, g, t)
         return True
 
-    def reserve(self, j: int, t: int, want_cs: np.ndarray, allow_repack: bool) -> bool:
+    def reserve(self, j: int, t: int, want, allow_repack: bool) -> bool:
         """EASY: reserve the earliest (time > t, block) at which j could start:
         beside the started jobs and the elastic footprint, or earlier on a
         block the elastic demand re-packs around (or, displacing, gives up)."""
@@ -296,14 +348,14 @@ class _Greedy:
             tr = hard[0]
             later = self.wait_value(j, None if safe is None else safe[0])
             # displacing() looks at t = tr: its free blocks come from the hard grid.
-            g = self.displacing(j, tr, want_cs, lambda: later)
+            g = self.displacing(j, tr, want, lambda: later)
             if g is not None:
                 return self._hold(j, g, tr)
         if safe is None:
             return False
         tr, clear = safe
         cand = self.lay.blocks(j)[clear]
-        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.foot.avoid[tr], want_cs))])
+        g = int(cand[np.argmin(self.fit_key(j, cand, ~self.foot.avoid[tr], want()))])
         return self._hold(j, g, tr)
 
     def preempt_for(self, j: int, t: int) -> bool:
@@ -331,6 +383,7 @@ class _Greedy:
             self.running_now.remove(r)
             self.evictions += 1
         self.queue.sort(key=self.rank.__getitem__)
+        self.queue_changed()
         self.start(j, best, t)
         return True
 
@@ -342,7 +395,7 @@ class _Greedy:
 
     def schedule_rigid(self, t: int) -> None:
         lay = self.lay
-        waiting = [j for j in self.queue if lay.arrival[j] <= t]
+        waiting = [j for j in self.queue if self.arrival[j] <= t]
         self.waiting_gpus = int(lay.gpus[waiting].sum()) if waiting else 0
         self.free_now = int((~self.hard.busy_unheld(t)).sum())
         if not waiting:
@@ -353,35 +406,47 @@ class _Greedy:
             self.foot.touch(start, end)
             self.foot.changed(start, end, first, k)
         self.foot.refresh(t)
+        self.longest.clear()
         want_cs_now = None if self.cfg.fit_ahead else self.want_cs(waiting)
-        # Which jobs have a footprint-free block now (or one free of hard cells).
-        maybe = {j: kb.any_free(self.foot.run, lay.blocks(j), int(lay.gpus[j]), t,
-                                self.length(j, t)) for j in waiting}
-        maybe_hard = {j: kb.any_free(self.hard.run, lay.blocks(j), int(lay.gpus[j]), t,
-                                     self.length(j, t)) for j in waiting}
+        # Which jobs have a footprint-free block now (or one free of hard cells):
+        # one scan per class and grid.
+        jobs = np.array(waiting, dtype=np.int64)
+        lengths = self.hard.lengths(jobs, t)  # (W,)
+        classes, first = np.unique(lay.job_class[jobs], return_index=True)
+        at = np.searchsorted(classes, lay.job_class[jobs])  # (W,) each job's class, 0..C-1
+        reps = jobs[first].tolist()  # a job of each class
+        foot_run = np.array([self.longest_free(r, t, True) for r in reps], dtype=np.int64)
+        hard_run = np.array([self.longest_free(r, t, False) for r in reps], dtype=np.int64)
+        maybe = dict(zip(waiting, (lengths <= foot_run[at]).tolist()))
+        maybe_hard = dict(zip(waiting, (lengths <= hard_run[at]).tolist()))
         repacks_before = self.foot.repacks
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
                                 if lay.preemptible[r]]
 
+        def want(j: int):
+            """The fit key's demand for j, computed when first asked."""
+            if not self.cfg.fit_ahead:
+                return lambda: want_cs_now
+            return lambda: self.want_cs(waiting, j, t)
+
         def start(j: int) -> bool:
-            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
-            ok = maybe[j] and self.try_start(j, t, want_cs, allow_repack=False)
+            ok = maybe[j] and self.try_start(j, t, want(j), allow_repack=False)
             if (not ok and maybe_hard[j]
                     and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
-                ok = self.try_start(j, t, want_cs, allow_repack=True)
+                ok = self.try_start(j, t, want(j), allow_repack=True)
             if not ok and self.preempt:
                 ok = self.preempt_for(j, t)
             return ok
 
         def reserve(j: int) -> bool:
-            want_cs = self.want_cs(waiting, j, t) if self.cfg.fit_ahead else want_cs_now
-            return self.reserve(j, t, want_cs,
+            return self.reserve(j, t, want(j),
                                 self.foot.repacks - repacks_before < self.cfg.repack_jobs)
 
         started = set(easy_pass(waiting, start, reserve, held=not self.cfg.reservation))
         if started:
             self.queue = [j for j in self.queue if j not in started]
+            self.queue_changed()
 
     # ---- elastic service at t -----------------------------------------------------------------
     def serve_elastic(self, t: int) -> None:
