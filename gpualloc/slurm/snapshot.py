@@ -283,7 +283,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     for n, items in by_node.items():
         first, moved = pack_node([g for _, g, _ in items], per_node[n])
         if sum(len(g) for _, g, _ in items) > per_node[n]:
-            raise SlurmReadError(f"node {order[n]}: running jobs hold more GPUs than it has")
+            raise Overbooked(f"node {order[n]}: running jobs hold more GPUs than it has")
         if moved:
             renumbered.append(f"node {order[n]}: GPUs renumbered so that each running job's "
                               f"are adjacent")
@@ -292,6 +292,11 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
             fixed[g0:g0 + len(gpus), :min(steps, T)] = k
     s.fixed = fixed
     return Snapshot(scenario=s, nodes=order, slurm_ids=ids, report=report, renumbered=renumbered)
+
+
+class Overbooked(SlurmReadError):
+    """A node's running jobs hold more GPUs than it has: a reading taken while
+    the controller moves a node from one job to the next."""
 
 
 def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> float:
