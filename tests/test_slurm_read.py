@@ -249,3 +249,41 @@ def test_pack_when_no_renumbering_fits():
                 cells[g, t] = r.job
     # Two 3-GPU jobs at once on a 4-GPU node: no layout.
     assert pack([Run(i, i, 0, 0, 1, 3, None) for i in range(2)], 4) is None
+
+
+def test_snapshot_places_waiting_jobs_where_their_nodes_have_room():
+    """A job released to its nodes and still pending there holds its place
+    in the plan where those nodes have room; where running jobs hold the
+    GPUs it waits for (a job past its expected end), it is not placed, and
+    the reading is not an error. Running jobs alone overbooking a node is."""
+    from gpualloc.slurm.read import SlurmJob, SlurmNode
+    from gpualloc.slurm.snapshot import Options, build
+    now = 1_800_000_000.0
+    nodes = [SlurmNode(f"n{i}", "mixed", ["gpu"], 8, "h100") for i in (1, 2)]
+
+    def job(i, state, gpus, comment, **kw):
+        return SlurmJob(id=i, name=f"j{i}", state=state, comment=comment, gpus_per_node=gpus,
+                        **kw)
+    late = job(1, "RUNNING", 8, "kind=training duration=1", nodes=["n1"], start=int(now) - 400,
+               idx={"n1": list(range(8))})
+    replica = job(2, "PENDING", 2, "service=chat gpualloc=replica", required_nodes=["n1"])
+    on_way = job(3, "PENDING", 4, "kind=training duration=2", required_nodes=["n2"])
+    blocked = job(4, "PENDING", 4, "kind=training duration=2", required_nodes=["n1"])
+    held = job(5, "PENDING", 4, "kind=training duration=2", required_nodes=["n2"],
+               reason="JobHeldUser")
+    o = Options(step_minutes=1.0, horizon=4, finishing_s=1.5)
+    snap = build(nodes, [late, replica, on_way, blocked, held], o, now)
+    s = snap.scenario
+    ids = [j.id for j in s.jobs]
+    assert "j4" not in ids and any("job 4 " in r and "not placed" in r for r in snap.report)
+    assert any("job 2 " in r and "not placed" in r for r in snap.report)
+    k = ids.index("j3")
+    assert snap.on_way == [k] and int((s.fixed == k).sum()) == 4 * 2  # 4 GPUs, its 2 steps
+    assert int((s.fixed == ids.index("j1")).sum(0)[0]) == 8
+    assert not (s.fixed == ids.index("j5")).any()  # held: planned, not placed
+    chat = ids.index("chat")
+    assert not (s.fixed == chat).any() and snap.slurm_ids[chat] == [2]
+    twice = job(6, "RUNNING", 2, "kind=training duration=3", nodes=["n1"], start=int(now),
+                idx={"n1": [0, 1]})
+    with pytest.raises(SlurmReadError, match="node n1: running jobs hold more GPUs"):
+        build(nodes, [late, twice], o, now)

@@ -25,7 +25,8 @@ plan's first step:
 It never cancels a job but its own replicas. A job it cannot place stays
 held. Killed and restarted with the same `--since`, it rebuilds everything
 from Slurm (a released job is no longer held, so none starts twice).
-Pending jobs that are not held are Slurm's own: left to it. `--dry-run`
+Pending jobs that are not held are Slurm's own: left to it (a released job
+still waiting on its nodes holds its place there in the plan). `--dry-run`
 prints the actions instead of taking them. `simulate` is the same loop with
 a Slurm that does exactly as it is told.
 """
@@ -41,7 +42,7 @@ from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import load_recorded, record_once
 from gpualloc.slurm.read import SlurmJob
-from gpualloc.slurm.snapshot import Options, Overbooked, build
+from gpualloc.slurm.snapshot import Options, build, waiting
 
 REPLICA_TAG = "gpualloc=replica"
 
@@ -86,11 +87,11 @@ class Actions:
 
 
 def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
-    """What the plan sees: running jobs, held jobs, and gpualloc's own
-    replicas on their way (pending on the node it chose); not Slurm's own
+    """What the plan sees: running jobs, held jobs, and jobs on their way
+    (pending on the nodes they are pinned to: released jobs and gpualloc's
+    replicas; they count there while those nodes have room); not Slurm's own
     pending jobs."""
-    return [j for j in jobs if j.state == "RUNNING" or j.held
-            or (j.state == "PENDING" and REPLICA_TAG in j.comment)]
+    return [j for j in jobs if j.state == "RUNNING" or j.held or waiting(j)]
 
 
 def decide(snap, plan: torch.Tensor) -> Actions:
@@ -110,7 +111,8 @@ def decide(snap, plan: torch.Tensor) -> Actions:
                 nodes = sorted({snap.nodes[int(node_of[g])] for g in mine.tolist()},
                                key=snap.nodes.index)
                 acts.release.append((ids[0], nodes))
-            elif running and job.preemptible and ids and not len(mine) and bool((fixed == k).any()):
+            elif (running and job.preemptible and ids and not len(mine) and k not in snap.on_way
+                  and bool((fixed == k).any())):
                 acts.requeue.append(ids[0])
             continue
         # A service: a new replica on every block of its new GPUs.
@@ -168,28 +170,15 @@ def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int, now: flo
     return out
 
 
-READS = 5  # readings of the controller a step tries before an overbooked node is an error
-
-
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
               demand: list[dict] | None):
     """One step: snapshot, plan, decide. Returns (snapshot, plan, actions, jobs)."""
     if demand is not None:  # the curves from this step on
         o.demand = [{**d, "demand": list(d["demand"][step:]) or [0]} for d in demand]
-    for attempt in range(READS):
-        jobs = slurm.jobs()
-        nodes = slurm.nodes()
-        drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
-        view_jobs = [j for j in managed(jobs) if j.id not in drop]
-        try:
-            snap = build(nodes, view_jobs, o, now)
-            break
-        except Overbooked:
-            # Seen once in CI right after a restart; read again (the cause of
-            # the reading was not confirmed), and say so if it stays.
-            if attempt + 1 == READS:
-                raise
-            time.sleep(1.0)
+    jobs = slurm.jobs()
+    nodes = slurm.nodes()
+    drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
+    snap = build(nodes, [j for j in managed(jobs) if j.id not in drop], o, now)
     plan = bridge.plan_now(snap.scenario, policy, cfg)
     acts = decide(snap, plan)
     acts.cancel = drop

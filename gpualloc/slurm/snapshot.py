@@ -67,6 +67,9 @@ class Snapshot:
     """Scenario job -> the Slurm jobs behind it (a service: its replicas)."""
     report: list[str]
     renumbered: list[str]
+    on_way: list[int] = field(default_factory=list)
+    """Rigid scenario jobs fixed where they wait to start (pending, pinned,
+    not held): released already, they are neither released nor requeued."""
 
 
 def _hint_kind(j: SlurmJob, o: Options) -> tuple[str | None, str]:
@@ -184,6 +187,14 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     first_gpu = [sum(per_node[:i]) for i in range(len(per_node))]
     node_type = [p["gpu_type"] for p in pools for _ in range(p["count"])]
     live = [j for j in jobs if j.state in ("PENDING", "RUNNING")]
+    # GPUs left on each node once its running jobs (mapped or not) are
+    # counted: a job waiting on its node is fixed there only where it fits.
+    room = {n: per_node[i] for n, i in node_index.items()}
+    for j in live:
+        if j.state == "RUNNING" and j.gpus > 0 and not _finishing(j, o, step_s, now):
+            for n in j.nodes:
+                if n in room:
+                    room[n] -= len(j.idx.get(n) or range(j.gpus // max(len(j.nodes), 1)))
     names: dict[str, int] = {}
     for j in live:
         if "id" not in j.hints and "service" not in j.hints:
@@ -192,8 +203,9 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     rank = {j.id: 1 + 9 * (prio.index(j.priority) / max(len(prio) - 1, 1)) for j in live}
     docs: list[dict] = []
     ids: list[list[int]] = []
-    fixed_cells: list[tuple[int, str, list[int], int]] = []  # job, node, GPUs, steps
+    fixed_cells: list[tuple[int, str, list[int], int, str]] = []  # job, node, GPUs, steps, who
     services: dict[str, int] = {}
+    on_way: list[int] = []
     for svc in o.demand or []:
         d = dict(svc)
         dem = list(d.get("demand", []))[:T]
@@ -239,7 +251,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 ids[k].append(j.id)
                 if docs[k].get("_count"):
                     docs[k]["demand"] = [v + 1 for v in docs[k]["demand"]]
-                if j.state == "RUNNING" or j.required_nodes:  # running, or pending on its node
+                if j.state == "RUNNING" or _fits(j, room, report, tag):
                     _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                            report, tag, step_s, now)
                 continue
@@ -259,8 +271,13 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 doc["gpu_types"] = gtypes
             if j.hints.get("preemptible", "").lower() in ("1", "true", "yes"):
                 doc["preemptible"] = True
-            if j.state == "RUNNING":
-                if o.finishing_s and abs(expected_end(j, dur, step_s, now) - now) <= o.finishing_s:
+            if waiting(j):
+                if not (_fits(j, room, report, tag) and _fixed(
+                        j, len(docs), dur, fixed_cells, node_index, report, tag, step_s, now)):
+                    continue
+                on_way.append(len(docs))
+            elif j.state == "RUNNING":
+                if _finishing(j, o, step_s, now):
                     continue  # ends at this step's boundary
                 doc["duration"] = remaining(j, dur, step_s, now)
                 if not _fixed(j, len(docs), doc["duration"], fixed_cells, node_index, report,
@@ -277,26 +294,57 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     s = bridge.from_dict(doc)
     fixed = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
     renumbered = []
-    by_node: dict[int, list[tuple[int, list[int], int]]] = {}
-    for k, node, gpus, steps in fixed_cells:
-        by_node.setdefault(node_index[node], []).append((k, gpus, steps))
+    by_node: dict[int, list[tuple[int, list[int], int, str]]] = {}
+    for k, node, gpus, steps, who in fixed_cells:
+        by_node.setdefault(node_index[node], []).append((k, gpus, steps, who))
     for n, items in by_node.items():
-        first, moved = pack_node([g for _, g, _ in items], per_node[n])
-        if sum(len(g) for _, g, _ in items) > per_node[n]:
-            raise Overbooked(f"node {order[n]}: running jobs hold more GPUs than it has")
+        first, moved = pack_node([g for _, g, _, _ in items], per_node[n])
+        if sum(len(g) for _, g, _, _ in items) > per_node[n]:  # Slurm's running jobs alone
+            held = "; ".join(f"{who} GPUs {g}" for _, g, _, who in items)
+            raise SlurmReadError(f"node {order[n]}: running jobs hold more GPUs than its "
+                                 f"{per_node[n]}: {held}")
         if moved:
             renumbered.append(f"node {order[n]}: GPUs renumbered so that each running job's "
                               f"are adjacent")
-        for (k, gpus, steps), f in zip(items, first):
+        for (k, gpus, steps, _), f in zip(items, first):
             g0 = first_gpu[n] + f
             fixed[g0:g0 + len(gpus), :min(steps, T)] = k
     s.fixed = fixed
-    return Snapshot(scenario=s, nodes=order, slurm_ids=ids, report=report, renumbered=renumbered)
+    return Snapshot(scenario=s, nodes=order, slurm_ids=ids, report=report, renumbered=renumbered,
+                    on_way=on_way)
 
 
-class Overbooked(SlurmReadError):
-    """A node's running jobs hold more GPUs than it has: a reading taken while
-    the controller moves a node from one job to the next."""
+def _finishing(j: SlurmJob, o: Options, step_s: float, now: float) -> bool:
+    """A running rigid job taken as finished (`Options.finishing_s`)."""
+    if not o.finishing_s or _hint_kind(j, o)[0] in bridge.ELASTIC_KINDS:
+        return False
+    try:
+        dur = duration_steps(j, step_s)
+    except SlurmReadError:
+        return False  # reported where the job is mapped
+    return abs(expected_end(j, dur, step_s, now) - now) <= o.finishing_s
+
+
+def waiting(j: SlurmJob) -> bool:
+    """Pending on the nodes it is pinned to, and not held: released to them
+    (by serve, or a user's `-w`), it starts there once they have room."""
+    return j.state == "PENDING" and bool(j.required_nodes) and not j.held
+
+
+def _fits(j: SlurmJob, room: dict[str, int], report: list, tag: str) -> bool:
+    """A waiting job takes its GPUs from its nodes' room, if they have it.
+    Where they do not (a job ran past its expected end, a replica of the step
+    before still ends), it waits for GPUs that running jobs hold: counting it
+    there too would overbook the node, so it is not placed (reported)."""
+    nodes = j.required_nodes
+    need = j.gpus // max(len(nodes), 1)
+    if any(room.get(n, 0) < need for n in nodes):
+        report.append(f"{tag}: waits on {','.join(nodes)} for GPUs that running jobs hold: "
+                      f"not placed")
+        return False
+    for n in nodes:
+        room[n] -= need
+    return True
 
 
 def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> float:
@@ -328,7 +376,7 @@ def _fixed(j: SlurmJob, k: int, steps: int, cells: list, node_index: dict, repor
                       f"its cells are fixed node by node, not as one block")
     for n in nodes:
         gpus = j.idx.get(n) or list(range(j.gpus // max(len(nodes), 1)))
-        cells.append((k, n, gpus, steps))
+        cells.append((k, n, gpus, steps, f"{tag} {j.state}"))
     return True
 
 
