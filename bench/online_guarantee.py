@@ -26,6 +26,7 @@ import torch
 
 from bench.common import ROOT, SEVEN, composed, provenance, write_results
 from gpualloc.check import check
+from gpualloc.config import OnlineConfig
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
 from gpualloc.online import run_policy
@@ -44,7 +45,7 @@ def measure(seeds: list[int], replan_every: int, headroom: float,
             base = composed(f"+scenario={name}", f"seed={seed}", "solver.progress=false",
                             "online.forecast=last_day", f"online.replan_every={replan_every}",
                             "mode=online", "greedy.preempt=true", "solver.preempt=true",
-                            *([f"online.guarantee_headroom={headroom}"] if headroom else []))
+                            f"online.guarantee_headroom={headroom}")
             free = with_preemption(build_scenario(base.scenario, seed), ["training"], 1)
             held = with_min_served(free, 1.0)
             try:
@@ -139,8 +140,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--replan-every", type=int, default=6)
-    ap.add_argument("--headroom", type=float, default=0.0,
-                    help="online.guarantee_headroom")
+    ap.add_argument("--headroom", type=float, default=OnlineConfig().guarantee_headroom,
+                    help="online.guarantee_headroom (default: its default)")
     ap.add_argument("--scenarios", nargs="+", default=SEVEN)
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")

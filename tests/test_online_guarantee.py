@@ -28,8 +28,9 @@ def jumping(preemptible: bool, horizon: int = 16):
                               rigid("train", 6, 10, **extra)])
 
 
-def cfg(every: int) -> RunConfig:
-    return RunConfig(mode="online", online=OnlineConfig(replan_every=every))
+def cfg(every: int, headroom: float = 0.0) -> RunConfig:
+    return RunConfig(mode="online", online=OnlineConfig(replan_every=every,
+                                                        guarantee_headroom=headroom))
 
 
 @pytest.mark.parametrize("policy", ["greedy", "allocator"])
@@ -60,6 +61,27 @@ def test_non_preemptible_work_leaves_the_shortfall_reported(policy):
     assert short[0, JUMP].item() == 3 and short[0, JUMP + 1].item() == 3
     assert int(short.sum()) == 6 == metrics(s, owner)["guarantee_shortfall"]
     assert ((owner == 1).sum(0)[:10] == 6).all()  # never cut
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+@pytest.mark.parametrize("every", [1, 6])
+def test_headroom_keeps_work_that_cannot_yield_from_the_guarantee(policy, every):
+    """With guarantee_headroom, the non-preemptible job starts only where the
+    service's forecast raised by it fits beside it: forecast 1 replica, raised
+    to 2 (4 GPUs), and the job needs 6 of the node's 8, so it waits; the jump
+    is served whole. Without headroom it starts at 0 and the jump falls short."""
+    s = jumping(preemptible=False)
+    owner = run_policy(policy, s, cfg(every, headroom=0.25), torch.device("cpu")).owner
+    assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
+    # It never fits beside the raised forecast; at the last step there is
+    # no forecast left to raise (demand now is observed), and it starts.
+    assert not (owner[:, :-1] == 1).any()
+    assert ((owner[:, JUMP:JUMP + 2] == 0).sum(0) == 8).all()
+    # The rule binds only guaranteed services: the same scenario without
+    # min_served starts the job at 0 whatever the headroom.
+    free = one_node(16, [elastic("svc", 2, list(s.jobs[0].demand)), rigid("train", 6, 10)])
+    owner = run_policy(policy, free, cfg(every, headroom=0.25), torch.device("cpu")).owner
+    assert check(free, owner).ok and ((owner[:, 0] == 1).sum() == 6)
 
 
 def test_reclaim_takes_idle_then_excess_then_lowest_priority():

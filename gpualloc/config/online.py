@@ -25,12 +25,14 @@ class OnlineConfig:
     """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
     headroom: float = 1.0
     """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
-    guarantee_headroom: float = 0.0
-    """Guaranteed services (min_served > 0): each replan plans their guarantee
-    on a forecast raised by this share (0.25: a quarter above the forecast),
-    rounded up, so rigid work leaves room for demand above it. 0: the
-    forecast as it is. Whatever the forecast, the step where actual demand
-    rises reclaims GPUs from work that may yield (gpualloc.online.loop)."""
+    guarantee_headroom: float = 0.25
+    """Guaranteed services (min_served > 0): work that cannot yield (rigid,
+    not preemptible) starts only where their forecast raised by this share
+    (0.25: a quarter above, rounded up) still fits beside it, decided at its
+    start step from what is known then; plans use the forecast as it is.
+    Whatever is left, the step where actual demand rises reclaims GPUs from
+    work that may yield (gpualloc.online.loop). 0: no room kept
+    (bench/results/online_guarantee_commit25.md measures both)."""
     discount: float = 0.05
     """The allocator's per-step discount in each replan (solver.discount): a
     plan of the known jobs is indifferent to postponing work the horizon does

@@ -61,6 +61,10 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # window that reaches one ends there, so every decision from that step
     # on comes from a plan made then.
     arrives = {j.arrival for j in s.jobs if j.rigid}
+    # With guaranteed services, work that cannot yield starts only where their
+    # forecast raised by the headroom still fits: every such start, at tau
+    # too, is decided at its step (_between_replans).
+    guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
     owner = empty_owner(s)  # (G, T) int64, the executed plan
@@ -100,9 +104,11 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             replans += periodic
             arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
-        due = _commit_rigid(v, index, planned, tau, stop, owner, committed, o.commit_at_start)
+        due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
+                            o.commit_at_start or guarded, guarded)
         if o.fill_between or due:
-            done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due)
+            done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
+                                    guarded)
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner)
@@ -166,13 +172,14 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
                             f"{int(elsewhere.sum())} others): it cannot run with mode=online")
 
 
-def _commit_rigid(v, index, planned, tau, stop, owner, committed,
-                  at_start: bool = False) -> dict[int, tuple[int, int]]:
+def _commit_rigid(v, index, planned, tau, stop, owner, committed, at_start: bool = False,
+                  now_too: bool = False) -> dict[int, tuple[int, int]]:
     # A rigid job the plan starts inside the window runs there to its end; a
     # preemptible one, to the end of that segment. A running preemptible job
     # the plan cuts inside the window stops there. With `at_start`, jobs (not
-    # preemptible) the plan starts after tau are returned instead, job ->
-    # (planned start, first GPU): decided at that step (_between_replans).
+    # preemptible) the plan starts after tau (`now_too`: at tau too) are
+    # returned instead, job -> (planned start, first GPU): decided at that
+    # step (_between_replans).
     R = stop - tau
     busy = planned >= 0
     first = torch.full((v.J + 1,), v.T, dtype=torch.long)
@@ -207,7 +214,7 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     due = {}
     if at_start:
         due = {j: (tau + t0, g0) for j, job, (t0, _, g0) in commits
-               if t0 > 0 and not job.preemptible}
+               if (t0 > 0 or now_too) and not job.preemptible}
         commits = [c for c in commits if c[0] not in due]
     # After every cut: a segment may start where another job was cut.
     for j, job, (t0, t1, g0) in commits:
@@ -233,10 +240,13 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
 
 def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                      previous: np.ndarray | None, committed: Committed,
-                     owner: torch.Tensor, due: dict[int, tuple[int, int]]) -> tuple[int, int]:
+                     owner: torch.Tensor, due: dict[int, tuple[int, int]],
+                     guarded: bool = False) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
-    from what is known at that step t (its view is built like a replan's)
-    with the last plan's placements of jobs not yet started held:
+    from what is known at that step t (its view is built like a replan's,
+    but with `guarded`: guaranteed services' forecast raised by
+    online.guarantee_headroom, and tau's own starts decided here too) with
+    the last plan's placements of jobs not yet started held:
     - `due` (online.commit_at_start): jobs the last plan starts at t start
       (`_start_due`), or wait and are tried again at each later step like
       an arrival;
@@ -249,7 +259,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     waiting: list[int] = []  # due jobs that did not start at their step
     # Preemptible jobs' progress: none is started here, so one pass serves the window.
     progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
-    for t in range(tau + 1, stop):
+    for t in range(tau if guarded else tau + 1, stop):
         now_due = [j for j, (t0, _) in due.items() if t0 == t]
         new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
                and not s.jobs[j].preemptible and j not in committed.start
@@ -260,7 +270,8 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
-        v, index = view_at(s, t, o, oracle, now)
+        v, index = view_at(s, t, o, oracle, now,
+                           headroom=o.guarantee_headroom if guarded else 0.0)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)

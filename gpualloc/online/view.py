@@ -74,19 +74,20 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
-            period: int | None = None) -> tuple[Scenario, list[int]]:
+            period: int | None = None, headroom: float = 0.0) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then, the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
-    with `period` and online.arrivals=history, the arrivals expected too.
-    Returns the view and its jobs' scenario indices (`view`)."""
+    with `period` and online.arrivals=history, the arrivals expected too;
+    with `headroom`, guaranteed services' forecast raised by that share
+    (rounded up). Returns the view and its jobs' scenario indices (`view`)."""
     obs = visible(s, t)
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    if o.guarantee_headroom > 0:  # guaranteed services: room above the forecast
+    if headroom > 0:
         held = torch.tensor([k.min_served > 0 for k in obs.known if k.demand is not None],
                             dtype=torch.bool)  # (E,)
-        raised = torch.ceil(future * (1 + o.guarantee_headroom) - 1e-9).long()
+        raised = torch.ceil(future * (1 + headroom) - 1e-9).long()
         future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
