@@ -76,9 +76,11 @@ are executed:
   there: its segment ends at that step and it requeues with its remaining
   progress plus its restore, placed again by a later replan. What
   non-preemptible committed work holds never yields: the replicas still
-  missing are the plan's `guarantee_shortfall`. `online.guarantee_headroom`
-  raises the guaranteed services' forecast in each view, so rigid work
-  leaves room ahead of it.
+  missing are the plan's `guarantee_shortfall`. So that little is, with
+  guaranteed services, work that cannot yield (not preemptible) starts only
+  where their forecast raised by `online.guarantee_headroom` fits beside it,
+  decided at its start step (tau's starts too); the replans plan with the
+  forecast as it is.
 
 The result is one plan of the whole scenario; `run` checks it like any other.
 FIFO is online by nature (its queue needs no future) and runs unchanged; note
