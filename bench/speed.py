@@ -210,7 +210,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
                    memory_guard=(info.get("memory_guard") or {}).get("relaxation"),
                    iterations=iters, relax_s=info.get("relax_s"), repair_s=info.get("repair_s"),
                    local_search_s=info.get("local_search_s"), rounding=info.get("rounding"),
-                   iters_per_s=iters / info["relax_s"] if info.get("relax_s") else None)
+                   iters_per_s=iters / info["relax_s"] if info.get("relax_s") and
+                   info.get("representation") != "none" else None)
         if "floor_step_s" in row:
             row["relax_iter_s"] = info["relax_s"] / iters
             row["relax_iter_vs_floor"] = row["relax_iter_s"] / row["floor_step_s"]
