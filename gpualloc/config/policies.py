@@ -62,7 +62,7 @@ class SolverConfig:
     gpualloc.policies.allocator.search_moves). Work, not seconds: one plan
     per seed on any machine. 150 million leaves the seven (at most 21,504
     GPU-steps) their 1,500 moves, gives 1,024 x 168 GPU-steps 871 and
-    4,096 x 336 (about 0.2-0.3 s a move on two cores) 108 (0: no cap)."""
+    4,096 x 336 (0.12-0.37 s a move on two shared cores) 108 (0: no cap)."""
     local_search_patience: int = 300
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""

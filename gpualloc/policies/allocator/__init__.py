@@ -82,9 +82,9 @@ def search_moves(s: Scenario, cfg: SolverConfig) -> tuple[int, int | None]:
     cfg.local_search_iters, capped at cfg.local_search_work / (G x T) where
     that is lower. A move re-inserts jobs by earliest fit, a scan of the
     plan's (G, T) free-run grid per job, so its cost grows with G x T
-    (measured with rounding=priority, 200 moves, loaded two cores: 4.3, 6.4,
-    33 and about 250 ms a move at 64 x 168, 256 x 168, 1,024 x 168 and
-    4,096 x 336 GPU-steps): the cap keeps the search's work, not its moves,
+    (measured with rounding=priority on two shared cores: 4.3, 6.4 and 33
+    ms a move at 64 x 168, 256 x 168 and 1,024 x 168 GPU-steps, 120-370 ms
+    at 4,096 x 336): the cap keeps the search's work, not its moves,
     bounded. A count of work, never the clock: a seed gives one plan on any
     machine. The seven (at most 21,504 GPU-steps) keep all their moves."""
     cap = cfg.local_search_work // (s.G * s.T) if cfg.local_search_work and s.G * s.T else None
