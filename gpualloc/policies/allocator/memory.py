@@ -279,9 +279,9 @@ def search_bytes(s: Scenario) -> int:
     free-run grid (int32) over (T, G), 21 bytes a cell, and its demand (J, T)
     int64; the search's snapshots (busy, owner, free runs: 13 bytes a cell),
     at most four at once; three (G, T) int64 plans (FIFO's, greedy's, the
-    result). Measured at 4,096 x 10,000 x 336: a 0.56 GiB peak
-    (bench/results/speed_cpu_26_4096_priority.md) against 6.1 GiB here, most
-    of it scenario_bytes' candidate-block pairs."""
+    result). Measured at 4,096 x 10,000 x 336: peaks of 0.56-0.60 GiB
+    (bench/results/speed_cpu_26_alloc*.md) against 6.17 GiB here, most of
+    it scenario_bytes' candidate-block pairs."""
     GT, JT = s.G * s.T, s.J * s.T
     return int(scenario_bytes(s) + 5 * (21 * GT + 8 * JT) + 4 * 13 * GT + 3 * 8 * GT)
 
@@ -321,8 +321,10 @@ def fit(s: Scenario, cfg, device: torch.device | str):
     limit, source = budget(cfg.memory_budget_gb, "cpu")  # the builds and search run there
     if limit is not None and need > limit:
         raise MemoryGuardError(
-            f"{refused}. Without the relaxation (what the allocator does by itself "
-            f"where no grid fits) it would still need about {fmt_bytes(need)} on the CPU")
+            f"{refused}. Without the relaxation (solver.rounding=priority, which the "
+            f"allocator takes by itself where no grid fits) it would still need about "
+            f"{fmt_bytes(need)} on the CPU, above {fmt_bytes(limit)}: only a smaller "
+            f"scenario or a larger solver.memory_budget_gb runs it")
     note = {"relaxation": "skipped by the memory guard: no grid fits, so the allocator "
                           "plans as with solver.rounding=priority",
             "grid_bytes": grid_bytes(s, cfg, device, "packed"),  # the smaller grid
