@@ -139,8 +139,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     from gpualloc.config import RunConfig
     from gpualloc.scenario.generate import generate
     from gpualloc.kernels.pgd import bytes_moved
-    from gpualloc.policies.allocator.memory import (ITEMSIZE, fit_grid, grid_bytes, measure_rss_peak,
-                                 scenario_bytes)
+    from gpualloc.policies.allocator.memory import (ITEMSIZE, fit, grid_bytes, measure_rss_peak,
+                                                    scenario_bytes, search_bytes)
     from gpualloc.metrics import metrics
     from gpualloc.policies import POLICIES
     from gpualloc.scenario import ScenarioError
@@ -159,8 +159,10 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
            "device": device, "seed": seed, "offered_load": round(s.offered_load, 3),
            "estimate_bytes": scenario_bytes(s)}
     if policy == "allocator":
-        try:  # the guard's estimate for the grid the run will build
-            row["estimate_bytes"] = grid_bytes(s, fit_grid(s, cfg.solver, dev), dev)
+        try:  # the guard's estimate for the grid the run will build, or for no grid
+            fitted, note = fit(s, cfg.solver, dev)
+            row["estimate_bytes"] = (search_bytes(s) if fitted.rounding == "priority"
+                                     else grid_bytes(s, fitted, dev))
         except ScenarioError:
             row["estimate_bytes"] = grid_bytes(s, cfg.solver, dev)
     if dev.type == "cuda" and policy == "allocator":
@@ -204,9 +206,12 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     if policy == "allocator":
         iters = cfg.solver.iterations
         row.update(representation=info.get("representation"),
+                   search_moves=(info.get("search_budget") or {}).get("moves"),
+                   memory_guard=(info.get("memory_guard") or {}).get("relaxation"),
                    iterations=iters, relax_s=info.get("relax_s"), repair_s=info.get("repair_s"),
                    local_search_s=info.get("local_search_s"), rounding=info.get("rounding"),
-                   iters_per_s=iters / info["relax_s"] if info.get("relax_s") else None)
+                   iters_per_s=iters / info["relax_s"] if info.get("relax_s") and
+                   info.get("representation") != "none" else None)
         if "floor_step_s" in row:
             row["relax_iter_s"] = info["relax_s"] / iters
             row["relax_iter_vs_floor"] = row["relax_iter_s"] / row["floor_step_s"]

@@ -2,7 +2,10 @@
 (one JSON line per case): the allocator's relaxation against
 gpualloc.policies.allocator.memory.grid_bytes, FIFO + check + metrics against scenario_bytes.
 
-    python tests/memprobe.py relax G J T DTYPE GRID [relax ...] | fifo G J T
+    python tests/memprobe.py relax G J T DTYPE GRID [relax ...] | fifo G J T | search G J T
+
+search: the allocator without its relaxation (rounding=priority, greedy's
+plan as a start, 30 moves of search) against search_bytes.
 
 GRID: dense | packed (SolverConfig.grid).
 """
@@ -17,7 +20,8 @@ from gpualloc.policies.allocator import relax
 from gpualloc.check import check
 from gpualloc.config import SolverConfig
 from gpualloc.policies.fifo import fifo
-from gpualloc.policies.allocator.memory import grid_bytes, measure_rss_peak, scenario_bytes
+from gpualloc.policies.allocator.memory import (grid_bytes, measure_rss_peak, scenario_bytes,
+                                                search_bytes)
 from gpualloc.metrics import metrics
 from gpualloc.scenario import from_dict
 
@@ -49,6 +53,14 @@ def main(argv: list[str]) -> None:
             _, peak = measure_rss_peak(relax, s, cfg, torch.device("cpu"),
                                        torch.ones(s.J, dtype=torch.bool))
             est = grid_bytes(s, cfg, "cpu")
+        elif what == "search":
+            from gpualloc.policies import rivals
+            from gpualloc.policies.allocator import allocator
+            argv = argv[4:]
+            dtype = grid = None
+            cfg = SolverConfig(rounding="priority", local_search_iters=30, progress=False)
+            _, peak = measure_rss_peak(allocator, s, cfg, "cpu", rivals("cpu"))
+            est = search_bytes(s)
         else:
             argv = argv[4:]
             dtype = grid = None

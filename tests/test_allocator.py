@@ -257,3 +257,47 @@ def test_deep_budget_never_lowers_the_plan(seed):
     assert "anneal" not in plain.info
     assert weighted_throughput(s, deep.owner) >= weighted_throughput(s, plain.owner) - 1e-6
     assert torch.equal(deep.owner, allocator(s, base, rivals=rivals()).owner)
+
+
+def test_search_moves_scale_with_the_plan():
+    # solver.local_search_work caps each walk at work / (G x T) moves: the
+    # seven keep all of local_search_iters, the scaled mixed at 4,096 GPUs x
+    # 336 steps gets 108 (150 million / 1,376,256); 0 lifts the cap.
+    from bench.common import SEVEN, composed
+    from gpualloc.policies.allocator import search_moves
+    from gpualloc.scenario.generate import generate
+
+    cfg = SolverConfig()
+    for name in SEVEN:
+        s = generate(composed(f"+scenario={name}").scenario, 0)
+        moves, cap = search_moves(s, cfg)
+        assert moves == cfg.local_search_iters and cap > cfg.local_search_iters, name
+    big = from_dict({"name": "big", "horizon": 336, "step_minutes": 60, "cluster": {"pools": [
+        {"name": "h", "count": 512, "gpus_per_node": 8, "gpu_type": "H", "memory_gb": 80}]},
+        "jobs": [{"id": "j", "kind": "training", "priority": 1, "arrival": 0, "gpus": 8,
+                  "duration": 4}]})
+    assert search_moves(big, cfg) == (108, 108)
+    assert search_moves(big, replace(cfg, local_search_work=0)) == (1500, None)
+    assert search_moves(big, replace(cfg, local_search_iters=50)) == (50, 108)
+
+
+def test_capped_search_is_repeatable_and_the_default_leaves_small_plans():
+    # A cap that binds (12 moves' worth of work) gives one plan per seed,
+    # checked, with its choice in the info; on this small scenario the
+    # default work leaves the moves, and the plan, as without a cap.
+    s = _walks(0)
+    cfg = SolverConfig(iterations=10, deep_search_cells=0, progress=False,
+                       local_search_work=12 * s.G * s.T + s.G * s.T - 1)
+    a, b = (allocator(s, cfg, rivals=rivals()) for _ in range(2))
+    assert a.info["search_budget"]["moves"] == 12
+    assert a.info["search_budget"]["move_cap"] == 12
+    assert a.info["local_search"]["iterations"] <= 12
+    assert check(s, a.owner).ok and torch.equal(a.owner, b.owner)
+    default = allocator(s, replace(cfg, local_search_work=SolverConfig().local_search_work),
+                        rivals=rivals())
+    uncapped = allocator(s, replace(cfg, local_search_work=0), rivals=rivals())
+    assert default.info["search_budget"]["moves"] == cfg.local_search_iters
+    assert uncapped.info["search_budget"]["move_cap"] is None
+    assert default.info["local_search"] == uncapped.info["local_search"]
+    assert default.info["local_search"]["iterations"] > 12  # the cap above did bind
+    assert torch.equal(default.owner, uncapped.owner)

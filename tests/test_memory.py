@@ -14,10 +14,10 @@ from hypothesis import given
 from gpualloc.config import SettingError, SolverConfig
 from gpualloc.kernels.pgd import triton_available
 from gpualloc.policies.allocator.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
-                             check_scenario_memory, cpu_available, dense_bytes, fit_grid,
+                             check_scenario_memory, cpu_available, dense_bytes, fit, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
-                             scenario_bytes)
-from gpualloc.policies import POLICIES
+                             scenario_bytes, search_bytes)
+from gpualloc.policies import POLICIES, rivals
 from gpualloc.scenario import ScenarioError, from_dict
 from strategies import scenarios
 from helpers import composed
@@ -55,6 +55,61 @@ def test_estimates_bound_the_measured_peak():
     # The relaxation's grid is what the estimate is about: it must see it
     # (8.6e6 cells x 4 bytes at least for the float32 grid of the second case).
     assert rows[1]["peak"] >= 128 * 400 * 168 * 4
+
+
+@linux_peak
+def test_search_estimate_bounds_the_measured_peak():
+    # The allocator without its relaxation (the path the guard takes where no
+    # grid fits), in a fresh process of its own: search_bytes is above it.
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "memprobe.py"),
+                        "search", "256", "600", "168"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout.splitlines()[-1])
+    if row["peak"] is None:
+        pytest.skip("this kernel refuses to reset the peak RSS")
+    assert 0 < row["peak"] <= row["estimate"], row
+
+
+def test_no_grid_fits_the_allocator_plans_without_the_relaxation():
+    # A budget below the smaller (packed) grid's estimate and above the
+    # path without the relaxation: the allocator does not refuse; it plans
+    # from the priority-order builds and greedy's plan, with its search, and
+    # says so. The plan is feasible and not below greedy's.
+    from gpualloc.policies.greedy import greedy
+    from gpualloc.metrics import weighted_throughput
+    from gpualloc.check import check
+    from gpualloc.scenario.generate import generate
+
+    cfg = composed("+scenario=mixed", "solver.local_search_iters=40", "solver.progress=false")
+    s = generate(cfg.scenario, cfg.seed)
+    packed, free = grid_bytes(s, cfg.solver, "cpu", "packed"), search_bytes(s)
+    assert scenario_bytes(s) < free < packed < grid_bytes(s, cfg.solver, "cpu", "dense")
+    cfg.solver.memory_budget_gb = (free + packed) / 2 / 2**30
+    with pytest.raises(MemoryGuardError):  # no grid fits
+        check_grid_memory(s, replace(cfg.solver, grid="packed"), "cpu")
+    plan = POLICIES["allocator"](s, cfg, torch.device("cpu"))
+    note = plan.info["memory_guard"]
+    assert "skipped" in note["relaxation"] and note["search_bytes"] == free
+    assert note["grid_bytes"] == packed and note["budget_bytes"] < packed
+    assert plan.info["representation"] == "none" and plan.info["relax_s"] < 1
+    assert plan.info["local_search"]["iterations"] > 0
+    assert check(s, plan.owner).ok
+    reference = greedy(s, cfg.greedy, "cpu", rivals("cpu")).owner
+    assert weighted_throughput(s, plan.owner) >= weighted_throughput(s, reference) - 1e-9
+    # An explicit grid or relaxed rounding asked for the grid: refused, as before.
+    for field, value in (("grid", "packed"), ("rounding", "relaxed")):
+        with pytest.raises(MemoryGuardError, match="relaxed grid"):
+            fit(s, replace(cfg.solver, **{field: value}), "cpu")
+    # Where even the path without the relaxation does not fit: refused, naming both.
+    tight = replace(cfg.solver, memory_budget_gb=(scenario_bytes(s) + 1024) / 2**30)
+    with pytest.raises(MemoryGuardError, match="Without the relaxation") as e:
+        fit(s, tight, "cpu")
+    assert "packed to" in str(e.value) and fmt_bytes(free) in str(e.value)
+    # With room for the grid, the guard changes nothing and says nothing.
+    assert fit(s, replace(cfg.solver, memory_budget_gb=100.0), "cpu") == (
+        replace(cfg.solver, memory_budget_gb=100.0), None)
 
 
 def test_estimate_scales_with_the_grid_and_dtype():

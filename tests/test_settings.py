@@ -222,7 +222,9 @@ def test_quality_preset_overrides_the_search_only(build):
             quality.local_search_accept_worse, quality.time_limit_s) == (1000, 8000, 0.003, None)
     assert default.local_search_anneal_iters == 0 and default.time_limit_s is None
     changed = {k for k, v in vars(quality).items() if vars(default)[k] != v}
-    assert changed == {"local_search_patience", "local_search_anneal_iters"}
+    # and, on big plans, no cap on the moves by plan size (default: one)
+    assert default.local_search_work > 0 and quality.local_search_work == 0
+    assert changed == {"local_search_patience", "local_search_anneal_iters", "local_search_work"}
 
 
 def test_edges_run(build, tmp_path):

@@ -54,6 +54,15 @@ class SolverConfig:
     local_search_iters: int = 1500
     """Local-search moves after repair, at most (0: none). A move costs well
     under a millisecond on the seven on two CPU cores (the placement core)."""
+    local_search_work: int = 150_000_000
+    """Caps each walk of the local search at this many moves x GPU-steps of
+    the plan: at most local_search_work / (G x T) moves where that is below
+    local_search_iters (and local_search_anneal_iters), since a move's
+    earliest-fit re-insertions scan the (G, T) grid (the rule:
+    gpualloc.policies.allocator.search_moves). Work, not seconds: one plan
+    per seed on any machine. 150 million leaves the seven (at most 21,504
+    GPU-steps) their 1,500 moves, gives 1,024 x 168 GPU-steps 871 and
+    4,096 x 336 (0.12-0.37 s a move on two shared cores) 108 (0: no cap)."""
     local_search_patience: int = 300
     """Stop the local search after this many moves in a row without a strict
     improvement (0: never); a count, not a clock, so runs stay repeatable."""
@@ -155,6 +164,7 @@ class SolverConfig:
         r.one_of("rounding", ROUNDINGS)
         r.numbers("rounding_thresholds", "[0, 1]")
         r.number("local_search_iters", "[0, inf)", integer=True)
+        r.number("local_search_work", "[0, inf)", integer=True)  # 0: no cap
         r.number("local_search_patience", "[0, inf)", integer=True)
         r.number("local_search_anneal_iters", "[0, inf)", integer=True)
         r.number("deep_search_cells", "[0, inf)", integer=True)

@@ -61,9 +61,14 @@ def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
 
 def _allocator(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
     from gpualloc.policies.allocator import allocator
-    from gpualloc.policies.allocator.memory import fit_grid
-    # Before the grid exists: the representation that fits, or a clear error.
-    return allocator(s, fit_grid(s, cfg.solver, device), device, rivals(device))
+    from gpualloc.policies.allocator.memory import fit
+    # Before the grid exists: the representation that fits, the path without
+    # the relaxation where none does, or a clear error.
+    solver, note = fit(s, cfg.solver, device)
+    plan = allocator(s, solver, device, rivals(device))
+    if note is not None:
+        plan.info["memory_guard"] = note
+    return plan
 
 
 def _greedy(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

@@ -26,8 +26,15 @@
    then, with `local_search_anneal_iters`, a second walk from the same
    repaired plan that may take worse moves early on (threshold accepting);
    the better of the two walks' plans goes on. Scenarios of at most
-   `deep_search_cells` cells search with the deep budget (`search_budget`).
+   `deep_search_cells` cells search with the deep budget (`search_budget`);
+   on big plans each walk's moves are capped by `local_search_work`, work
+   counted in moves x GPU-steps (`search_moves`).
    Offline, greedy's plan is returned when the search ends below it.
+
+Where no relaxed grid fits the memory guard, the registry's entry runs it
+without stage 1 and 2 (gpualloc.policies.allocator.memory.fit): the
+priority-order builds, FIFO's and greedy's plans, then the search; Plan.info
+says so (`memory_guard`).
 
 Guaranteed real-time replicas (rule 4) are fixed before all of this
 (gpualloc.core.guarantee); online, the repair and the search maximize a
@@ -70,6 +77,21 @@ def search_budget(s: Scenario, cfg: SolverConfig) -> tuple[int, int]:
     return patience, anneal
 
 
+def search_moves(s: Scenario, cfg: SolverConfig) -> tuple[int, int | None]:
+    """(the first walk's moves, the cap on each walk's moves or None) on `s`:
+    cfg.local_search_iters, capped at cfg.local_search_work / (G x T) where
+    that is lower. A move re-inserts jobs by earliest fit, a scan of the
+    plan's (G, T) free-run grid per job, so its cost grows with G x T
+    (measured with rounding=priority on two shared cores: 4.3, 6.4 and 33
+    ms a move at 64 x 168, 256 x 168 and 1,024 x 168 GPU-steps, 120-370 ms
+    at 4,096 x 336): the cap keeps the search's work, not its moves,
+    bounded. A count of work, never the clock: a seed gives one plan on any
+    machine. The seven (at most 21,504 GPU-steps) keep all their moves."""
+    cap = cfg.local_search_work // (s.G * s.T) if cfg.local_search_work and s.G * s.T else None
+    moves = cfg.local_search_iters if cap is None else min(cfg.local_search_iters, cap)
+    return moves, cap
+
+
 def allocator(s: Scenario, cfg: SolverConfig | None = None,
               device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
     """`rivals` (gpualloc.policies.rivals): the plans that compete with the
@@ -96,6 +118,8 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             roundings[f"parallel/relaxed@{th:g}"] = ("parallel", order, None)
         info["relaxed_objective"], info["capacity_excess"] = last[0], last[1]
         info["column_excess"], info["area_excess"] = last[2], last[3]
+    else:
+        info["representation"] = "none"  # no relaxed grid built
     info["relax_s"] = time.perf_counter() - clock
     if cfg.rounding in ("priority", "best") or not roundings:
         roundings["serial/priority"] = ("serial", priority_order(s), None)
@@ -126,9 +150,13 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         patience, anneal_iters = search_budget(s, cfg)
+        moves, cap = search_moves(s, cfg)
+        if cap is not None:
+            anneal_iters = min(anneal_iters, cap)
         info["search_budget"] = {"cells": s.G * s.J * s.T, "patience": patience,
-                                 "anneal_iters": anneal_iters}
-        bar = progress.bar(total=cfg.local_search_iters + anneal_iters,
+                                 "anneal_iters": anneal_iters, "moves": moves,
+                                 "plan_cells": s.G * s.T, "move_cap": cap}
+        bar = progress.bar(total=moves + anneal_iters,
                            desc=f"search {s.name}", unit="move", leave=False,
                            disable=not cfg.progress)
 
@@ -141,7 +169,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
                       patience=patience,
                       progress=None if bar.disable else tick)
         start = sched.snapshot() if anneal_iters else None
-        climb = improve(sched, cfg.local_search_iters, cfg.seed, time_limit_s=limit, **search)
+        climb = improve(sched, moves, cfg.seed, time_limit_s=limit, **search)
         info["local_search"] = vars(climb)
         left = None if limit is None else limit - (time.perf_counter() - clock)
         if start is not None and (left is None or left > 0):

@@ -17,6 +17,9 @@ real peak on the CPU and checks it stays below them):
 - `scenario_bytes`: the arrays every policy shares (demand (J, T), the
   compatibility (J, G), owner grids and prefix sums (G, T), candidate block
   lists), checked in `gpualloc.run.run` before FIFO runs.
+- `search_bytes`: the allocator without its relaxation (the priority-order
+  builds, greedy's plan as a start, the search): `fit` takes that path by
+  itself where no grid fits, and refuses only where even it does not.
 """
 from __future__ import annotations
 
@@ -266,22 +269,72 @@ def check_grid_memory(s: Scenario, cfg, device: torch.device | str) -> int:
     raise MemoryGuardError(_message(s, cfg, device, grid, need, limit, source))
 
 
-def fit_grid(s: Scenario, cfg, device: torch.device | str):
-    """The solver config to run with: `cfg` itself when its grid fits the
-    budget; with grid=auto and a dense grid that does not fit, the same
-    config with grid=packed when that one fits (the reduced representation:
-    the same objective and penalties); else MemoryGuardError."""
+def search_bytes(s: Scenario) -> int:
+    """Upper bound on the allocator's peak bytes without the relaxation
+    (rounding=priority): the arrays every policy shares (`scenario_bytes`,
+    which covers greedy's plan, built here as the search's start) and the
+    schedules alive at once (gpualloc.core.schedule): up to five repaired
+    plans (the two priority-order builds, FIFO's, greedy's, online the last
+    replan's), each a fixed grid, an owner grid (int64), a busy mask and a
+    free-run grid (int32) over (T, G), 21 bytes a cell, and its demand (J, T)
+    int64; the search's snapshots (busy, owner, free runs: 13 bytes a cell),
+    at most four at once; three (G, T) int64 plans (FIFO's, greedy's, the
+    result). Measured at 4,096 x 10,000 x 336: peaks of 0.56-0.60 GiB
+    (bench/results/speed_cpu_26_alloc*.md) against 6.17 GiB here, most of
+    it scenario_bytes' candidate-block pairs."""
+    GT, JT = s.G * s.T, s.J * s.T
+    return int(scenario_bytes(s) + 5 * (21 * GT + 8 * JT) + 4 * 13 * GT + 3 * 8 * GT)
+
+
+def fit(s: Scenario, cfg, device: torch.device | str):
+    """(the solver config to run with, a note for Plan.info or None): `cfg`
+    itself when its grid fits the budget; with grid=auto and a dense grid
+    that does not fit, the same config with grid=packed when that one fits
+    (the reduced representation: the same objective and penalties); with
+    grid=auto and rounding=best (the defaults) and no grid that fits, the
+    same config with rounding=priority, the allocator without its
+    relaxation (the priority-order builds, greedy's plan as the start, the
+    search), where that fits (`search_bytes`): the note says so. Else
+    MemoryGuardError, naming what each path would need. An explicit grid or
+    rounding=relaxed asked for the grid: it is refused, not replaced."""
     from dataclasses import replace
 
     try:
         check_grid_memory(s, cfg, device)
-        return cfg
-    except MemoryGuardError:
-        if cfg.grid != "auto" or representation(s, cfg, device) == "packed":
-            raise
+        return cfg, None
+    except MemoryGuardError as e:
+        refused = e
+    if cfg.grid != "auto":
+        raise refused
+    if representation(s, cfg, device) == "dense":
         packed = replace(cfg, grid="packed")
-        check_grid_memory(s, packed, device)  # raises with the packed grid's numbers
-        return packed
+        try:
+            check_grid_memory(s, packed, device)
+            return packed, None
+        except MemoryGuardError as e:
+            refused = e  # with the packed grid's numbers
+    if cfg.rounding != "best":
+        raise refused
+    # rounding=best already builds the priority-order plans and starts the
+    # search from greedy's: without the grid it is that part of itself.
+    need = search_bytes(s)
+    limit, source = budget(cfg.memory_budget_gb, "cpu")  # the builds and search run there
+    if limit is not None and need > limit:
+        raise MemoryGuardError(
+            f"{refused}. Without the relaxation (solver.rounding=priority, which the "
+            f"allocator takes by itself where no grid fits) it would still need about "
+            f"{fmt_bytes(need)} on the CPU, above {fmt_bytes(limit)}: only a smaller "
+            f"scenario or a larger solver.memory_budget_gb runs it")
+    note = {"relaxation": "skipped by the memory guard: no grid fits, so the allocator "
+                          "plans as with solver.rounding=priority",
+            "grid_bytes": grid_bytes(s, cfg, device, "packed"),  # the smaller grid
+            "search_bytes": need, "budget_bytes": limit, "budget": source}
+    return replace(cfg, rounding="priority"), note
+
+
+def fit_grid(s: Scenario, cfg, device: torch.device | str):
+    """The solver config `fit` picks (without its note)."""
+    return fit(s, cfg, device)[0]
 
 
 def _message(s: Scenario, cfg, device: torch.device, grid: str, need: int, limit: int,
