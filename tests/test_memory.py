@@ -13,7 +13,7 @@ from hypothesis import given
 
 from gpualloc.config import SettingError, SolverConfig
 from gpualloc.kernels.pgd import triton_available
-from gpualloc.policies.allocator.memory import (MemoryGuardError, block_pairs, budget, check_grid_memory,
+from gpualloc.policies.allocator.memory import (MemoryGuardError, budget, check_grid_memory,
                              check_scenario_memory, cpu_available, dense_bytes, fit, fit_grid,
                              fmt_bytes, grid_bytes, packed_columns, representation,
                              scenario_bytes, search_bytes)
@@ -201,9 +201,3 @@ def test_budget_sources():
         SolverConfig(memory_budget_gb=0.0)
     s = from_dict(rigid_doc(64, 10, 24))
     assert 0 < scenario_bytes(s) < 2**30
-
-
-@given(scenarios())
-def test_block_pairs_count_the_candidate_blocks(s):
-    listed = sum(len(s.blocks(j)) for j in range(s.J) if s.jobs[j].rigid)
-    assert block_pairs(s) == listed

@@ -125,44 +125,18 @@ def scenario_bytes(s: Scenario) -> int:
     """Upper bound on the arrays the policies and the checker build beside the
     allocator's grid: demand, held and useful GPUs (J, T) int64, owner grids,
     busy masks and prefix sums (G, T) int64 (the repair caches one free-run
-    grid per job size), compatibility (J, G), candidate blocks per block
-    class, and greedy's flat (rigid job, candidate block) pairs, whose fits it
-    tests at once. Measured on the CPU: FIFO + check + metrics, the
-    allocator's repair and greedy (about 135 bytes a pair) stay below it."""
+    grid per job size), compatibility (J, G) and candidate blocks per block
+    class (greedy and the repair answer fits class by class, gpualloc.core.blocks;
+    no list per (job, block) pair is kept since issue 26). Measured on the
+    CPU: FIFO + check + metrics (tests/memprobe.py), and greedy at 1,024,
+    4,096 and 16,384 GPUs (0.09, 0.30 and 0.78 GiB against 0.19, 0.69 and
+    4.2 GiB here; bench/results/speed_cpu_26_*.md) stay below it."""
     sizes = {j.gpus for j in s.jobs if j.gpus <= s.G}
     classes = len({(j.gpus, tuple(j.gpu_types or ()), j.min_memory_gb) for j in s.jobs
                    if j.gpus <= s.G})
     GT, JT = s.G * s.T, s.J * s.T
     return int(64 * JT + (128 + 8 * len(sizes)) * GT + 4 * s.J * s.G + 48 * classes * s.G
-               + 192 * block_pairs(s) + OVERHEAD)
-
-
-def block_pairs(s: Scenario) -> int:
-    """(rigid job, candidate block) pairs, counted without listing the blocks
-    (the rule of PROBLEM.md: k consecutive GPUs inside a node, or k / n whole
-    consecutive nodes of one pool when k is larger than its node size n)."""
-    if s.J == 0:
-        return 0
-    pool_ok = s.pool_compat.tolist()  # (J, P)
-    counts: dict[tuple, int] = {}
-    total = 0
-    for i, j in enumerate(s.jobs):
-        if not j.rigid:
-            continue
-        key = (j.gpus, tuple(pool_ok[i]))
-        if key not in counts:
-            n = 0
-            for ok, pool in zip(key[1], s.pools):
-                g = pool.gpus_per_node
-                if not ok:
-                    continue
-                if j.gpus <= g:
-                    n += pool.count * (g - j.gpus + 1)
-                elif j.gpus % g == 0 and j.gpus // g <= pool.count:
-                    n += pool.count - j.gpus // g + 1
-            counts[key] = n
-        total += counts[key]
-    return total
+               + OVERHEAD)
 
 
 # ---- what the device has ----------------------------------------------------------------
@@ -280,8 +254,7 @@ def search_bytes(s: Scenario) -> int:
     int64; the search's snapshots (busy, owner, free runs: 13 bytes a cell),
     at most four at once; three (G, T) int64 plans (FIFO's, greedy's, the
     result). Measured at 4,096 x 10,000 x 336: peaks of 0.56-0.60 GiB
-    (bench/results/speed_cpu_26_alloc*.md) against 6.17 GiB here, most of
-    it scenario_bytes' candidate-block pairs."""
+    (bench/results/speed_cpu_26_alloc*.md) against about 1.05 GiB here."""
     GT, JT = s.G * s.T, s.J * s.T
     return int(scenario_bytes(s) + 5 * (21 * GT + 8 * JT) + 4 * 13 * GT + 3 * 8 * GT)
 
