@@ -77,6 +77,12 @@ def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarr
     return col, 0
 
 
+def guaranteed_short(lay, column: np.ndarray, order, guaranteed: np.ndarray) -> int:
+    """Guaranteed replicas (J,) of the services in `order` that do not fit
+    on the idle GPUs of `column` (G,), packed as a reclaimed step packs them."""
+    return _pack_guaranteed(lay, column, [], np.asarray(order, dtype=np.int64), guaranteed)[1]
+
+
 def reclaim(lay, column: np.ndarray, order, guaranteed: np.ndarray,
             wanted: np.ndarray) -> Reclaimed | None:
     """The step `column` (G,) int64 re-packed so that the services in `order`

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
-from gpualloc.core import fixed_jobs, priority_order
+from gpualloc.core import fixed_jobs, priority_order, service_order
 from gpualloc.core.footprint import worth_displacing
+from gpualloc.core.layout import layout
+from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.online.observe import Oracle
 from gpualloc.online.serve import serve
@@ -289,6 +291,8 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                 first = _start_due(sched, vj, due[j][1])
             else:
                 first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
+            if first is not None and guarded and not _leaves_guarantee(s, owner, t, j, first):
+                first = None
             if first is None:
                 if j in now_due:
                     waiting.append(j)
@@ -303,6 +307,24 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             elif j not in now_due:
                 filled += 1
     return filled, deferred
+
+
+def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: int) -> bool:
+    """Whether rigid job j (not preemptible) on the block at `first` leaves
+    no more of step t's guaranteed replicas (of its actual demand) without
+    GPUs than there are without it, packed exactly (gpualloc.core.reclaim)
+    around the work that cannot yield at t: the start check's demand guard
+    counts pools, not blocks."""
+    lay = layout(s)
+    order = [k for k in service_order(s) if lay.arrival[k] <= t]
+    guaranteed = s.guaranteed.numpy()[:, t]
+    if not guaranteed[order].any():
+        return True
+    column = owner[:, t].numpy().copy()  # rigid work only: replicas are placed later
+    column[(column >= 0) & lay.preemptible[np.maximum(column, 0)]] = IDLE
+    short = guaranteed_short(lay, column, order, guaranteed)
+    column[first:first + int(lay.gpus[j])] = j
+    return guaranteed_short(lay, column, order, guaranteed) <= short
 
 
 def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
