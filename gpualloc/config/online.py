@@ -31,8 +31,10 @@ class OnlineConfig:
     (0.25: a quarter above, rounded up) still fits beside it, decided at its
     start step from what is known then; plans use the forecast as it is.
     Whatever is left, the step where actual demand rises reclaims GPUs from
-    work that may yield (gpualloc.online.loop). 0: no room kept
-    (bench/results/online_guarantee_commit25.md measures both)."""
+    work that may yield (gpualloc.online.loop). 0: no room kept (measured:
+    bench/results/online_guarantee_after28.md at 0, online_guarantee_commit25.md
+    at 0.25: 18-19 replicas short against none, for 2-5 points more value
+    lost to the guarantee)."""
     discount: float = 0.05
     """The allocator's per-step discount in each replan (solver.discount): a
     plan of the known jobs is indifferent to postponing work the horizon does
