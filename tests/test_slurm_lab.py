@@ -75,6 +75,7 @@ def test_unreachable_is_one_line(tmp_path, args):
     line naming the command, nothing written."""
     slurm = need_lab()
     conf = Path(slurm.conf).read_text().replace("SlurmctldPort=", "SlurmctldPort=1")
+    conf += "\nMessageTimeout=1\n"  # the client gives up after it (10 s by default)
     bad = tmp_path / "slurm.conf"
     bad.write_text(conf)
     scen = Path(__file__).parent.parent / "gpualloc" / "examples" / "tiny.yaml"
