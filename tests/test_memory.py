@@ -14,7 +14,7 @@ from hypothesis import given
 from gpualloc.config import SettingError, SolverConfig
 from gpualloc.kernels.pgd import triton_available
 from gpualloc.policies.allocator.memory import (MemoryGuardError, budget, check_grid_memory,
-                             check_scenario_memory, cpu_available, dense_bytes, fit, fit_grid,
+                             check_scenario_memory, cpu_available, dense_bytes, fit,
                              fmt_bytes, grid_bytes, packed_columns, representation,
                              scenario_bytes, search_bytes)
 from gpualloc.policies import POLICIES, rivals
@@ -147,7 +147,7 @@ def test_tiny_budget_stops_the_allocator_before_the_grid():
                  fmt_bytes(dense_bytes(64, 200, 96))):
         assert part in msg
     with pytest.raises(MemoryGuardError, match="packed to"):  # not even the packed grid fits
-        fit_grid(s, cfg, "cpu")
+        fit(s, cfg, "cpu")
     # rounding=priority builds no grid: nothing to guard.
     assert check_grid_memory(s, replace(cfg, rounding="priority"), "cpu") == 0
 

@@ -64,8 +64,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # on comes from a plan made then.
     arrives = {j.arrival for j in s.jobs if j.rigid}
     # With guaranteed services, work that cannot yield starts only where their
-    # forecast raised by the headroom still fits: every such start, at tau
-    # too, is decided at its step (_between_replans).
+    # forecast raised by the headroom fits and the step's guaranteed replicas
+    # still pack: every such start, at tau too, is decided at its step
+    # (_between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
@@ -107,7 +108,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
-                            o.commit_at_start or guarded, guarded)
+                            0 if guarded else 1 if o.commit_at_start else None)
         if o.fill_between or due:
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
                                     guarded)
@@ -174,14 +175,14 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
                             f"{int(elsewhere.sum())} others): it cannot run with mode=online")
 
 
-def _commit_rigid(v, index, planned, tau, stop, owner, committed, at_start: bool = False,
-                  now_too: bool = False) -> dict[int, tuple[int, int]]:
+def _commit_rigid(v, index, planned, tau, stop, owner, committed,
+                  due_from: int | None = None) -> dict[int, tuple[int, int]]:
     # A rigid job the plan starts inside the window runs there to its end; a
     # preemptible one, to the end of that segment. A running preemptible job
-    # the plan cuts inside the window stops there. With `at_start`, jobs (not
-    # preemptible) the plan starts after tau (`now_too`: at tau too) are
-    # returned instead, job -> (planned start, first GPU): decided at that
-    # step (_between_replans).
+    # the plan cuts inside the window stops there. With `due_from`, jobs (not
+    # preemptible) the plan starts at tau + due_from or later are returned
+    # instead, job -> (planned start, first GPU): decided at that step
+    # (_between_replans).
     R = stop - tau
     busy = planned >= 0
     first = torch.full((v.J + 1,), v.T, dtype=torch.long)
@@ -214,9 +215,9 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed, at_start: bool
         commits += [(j, job, run) for run in (runs if job.preemptible else runs[:1])
                     if run[0] < R]
     due = {}
-    if at_start:
+    if due_from is not None:
         due = {j: (tau + t0, g0) for j, job, (t0, _, g0) in commits
-               if (t0 > 0 or now_too) and not job.preemptible}
+               if t0 >= due_from and not job.preemptible}
         commits = [c for c in commits if c[0] not in due]
     # After every cut: a segment may start where another job was cut.
     for j, job, (t0, t1, g0) in commits:

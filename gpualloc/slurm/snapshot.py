@@ -194,7 +194,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
         if j.state == "RUNNING" and j.gpus > 0 and not _finishing(j, o, step_s, now):
             for n in j.nodes:
                 if n in room:
-                    room[n] -= len(j.idx.get(n) or range(j.gpus // max(len(j.nodes), 1)))
+                    room[n] -= len(_gpus_on(j, n, j.nodes))
     names: dict[str, int] = {}
     for j in live:
         if "id" not in j.hints and "service" not in j.hints:
@@ -251,7 +251,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 ids[k].append(j.id)
                 if docs[k].get("_count"):
                     docs[k]["demand"] = [v + 1 for v in docs[k]["demand"]]
-                if j.state == "RUNNING" or _fits(j, room, report, tag):
+                if j.state == "RUNNING" or waiting(j) and _fits(j, room, report, tag):
                     _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                            report, tag, step_s, now)
                 continue
@@ -325,6 +325,12 @@ def _finishing(j: SlurmJob, o: Options, step_s: float, now: float) -> bool:
     return abs(expected_end(j, dur, step_s, now) - now) <= o.finishing_s
 
 
+def _gpus_on(j: SlurmJob, node: str, nodes: list[str]) -> list[int]:
+    """The GPUs (indices inside the node) job j holds or will hold on `node`,
+    one of its `nodes`: Slurm's, else its share counted from 0."""
+    return j.idx.get(node) or list(range(j.gpus // max(len(nodes), 1)))
+
+
 def waiting(j: SlurmJob) -> bool:
     """Pending on the nodes it is pinned to, and not held: released to them
     (by serve, or a user's `-w`), it starts there once they have room."""
@@ -375,8 +381,7 @@ def _fixed(j: SlurmJob, k: int, steps: int, cells: list, node_index: dict, repor
         report.append(f"{tag}: runs on nodes that are not consecutive in the scenario's order: "
                       f"its cells are fixed node by node, not as one block")
     for n in nodes:
-        gpus = j.idx.get(n) or list(range(j.gpus // max(len(nodes), 1)))
-        cells.append((k, n, gpus, steps, f"{tag} {j.state}"))
+        cells.append((k, n, _gpus_on(j, n, nodes), steps, f"{tag} {j.state}"))
     return True
 
 

@@ -5,7 +5,7 @@
   and for a rigid job within `window_slack` steps of waiting plus its
   duration. Chosen when the dense grid exceeds `dense_max_cells` on the CPU
   (it cannot sweep it fast enough), or by the memory guard when the dense
-  grid does not fit (gpualloc.policies.allocator.memory.fit_grid).
+  grid does not fit (gpualloc.policies.allocator.memory.fit).
 
 The memory guard estimates the grid this module builds: it reads
 `representation` and `window_end` from here, never a copy of them.

@@ -13,7 +13,7 @@ real peak on the CPU and checks it stays below them):
   grid in place: the grid plus the (J, T), (G, T), (J, G) side arrays. The
   torch steps (the CPU, the packed grid, CUDA without Triton) also hold
   arrays of the grid's size: its mask, the time differences, the positive
-  cells. `fit_grid` turns to the packed grid when the dense one does not fit.
+  cells. `fit` turns to the packed grid when the dense one does not fit.
 - `scenario_bytes`: the arrays every policy shares (demand (J, T), the
   compatibility (J, G), owner grids and prefix sums (G, T), candidate block
   lists), checked in `gpualloc.run.run` before FIFO runs.
@@ -303,11 +303,6 @@ def fit(s: Scenario, cfg, device: torch.device | str):
             "grid_bytes": grid_bytes(s, cfg, device, "packed"),  # the smaller grid
             "search_bytes": need, "budget_bytes": limit, "budget": source}
     return replace(cfg, rounding="priority"), note
-
-
-def fit_grid(s: Scenario, cfg, device: torch.device | str):
-    """The solver config `fit` picks (without its note)."""
-    return fit(s, cfg, device)[0]
 
 
 def _message(s: Scenario, cfg, device: torch.device, grid: str, need: int, limit: int,
