@@ -12,7 +12,10 @@ offered load) and runs each policy on it in a fresh process, measuring:
   local_search_s (its Plan.info), the memory guard's estimate beside the
   measured peak, and its weighted throughput against greedy's and FIFO's;
 - on CUDA: the fused step's time against the floor bytes_moved(G, J, T) /
-  measured device-to-device copy bandwidth, and the ratio.
+  measured device-to-device copy bandwidth, and the ratio;
+- policy `bound` (`--policies greedy,allocator,bound`): the per-pool LP
+  bound where its matrix has at most --bound-max-nonzeros entries, and each
+  policy's weighted throughput against it.
 
 It writes markdown and JSON under bench/results/ with the machine and the git
 commit, and prints the fitted exponent of time against G x J x T (least
@@ -131,10 +134,53 @@ def _kernel_step_time(G: int, J: int, T: int, dtype: torch.dtype, device: torch.
     return seconds
 
 
+def pool_lp_nonzeros(s) -> int:
+    """Nonzeros of the per-pool LP bound's matrix (gpualloc.policies.bounds),
+    counted before it is built: a rigid job's starts x pools x steps each,
+    a service's pools x steps with demand (twice)."""
+    import numpy as np
+
+    gpu_pool = s.gpu_pool.numpy()
+    total = 0
+    for j, job in enumerate(s.jobs):
+        if s.unplaceable[j]:
+            continue
+        pools = len(np.unique(gpu_pool[s.blocks(j).numpy()]))
+        if job.rigid:
+            starts = np.arange(job.arrival, s.T)
+            total += pools * (int(np.minimum(job.duration, s.T - starts).sum()) + len(starts))
+        else:
+            total += 2 * pools * int((s.demand[j] > 0).sum())
+    return total
+
+
+def run_bound(s, row: dict, max_nonzeros: int, time_limit_s: float) -> dict:
+    """The per-pool LP bound (an upper bound on every plan's weighted
+    throughput) where its matrix has at most max_nonzeros entries."""
+    from gpualloc.config import ExactConfig
+    from gpualloc.policies.allocator.memory import measure_rss_peak
+    from gpualloc.policies.bounds import lp_relaxation
+
+    nonzeros = pool_lp_nonzeros(s)
+    row["lp_nonzeros"] = nonzeros
+    if nonzeros > max_nonzeros:
+        return {**row, "status": f"not built: {nonzeros:.3g} nonzeros > {max_nonzeros:.3g}"}
+    cfg = ExactConfig(lp_max_nonzeros=0, lp_time_limit_s=time_limit_s)  # the per-pool LP
+    start = time.perf_counter()
+    bound, peak = measure_rss_peak(lambda: lp_relaxation(s, cfg))
+    ok = bound.value is not None
+    return {**row, "status": "ok" if ok else f"no optimum in time ({bound.status})",
+            "wall_s": time.perf_counter() - start, "peak_bytes": peak,
+            "peak_kind": "peak RSS above the start", "weighted_throughput": bound.value,
+            "bound_level": bound.level}
+
+
 def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
-            solver: dict | None = None) -> dict:
+            solver: dict | None = None, bound: dict | None = None) -> dict:
     """Generate the scaled scenario, run one policy, return its row. `solver`
-    overrides SolverConfig fields (default: conf/solver/default.yaml's values)."""
+    overrides SolverConfig fields (default: conf/solver/default.yaml's values).
+    Policy "bound": the per-pool LP bound instead (`bound`: max_nonzeros,
+    time_limit_s)."""
     from gpualloc.check import check
     from gpualloc.config import RunConfig
     from gpualloc.scenario.generate import generate
@@ -158,6 +204,8 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
     row = {"G": s.G, "J": s.J, "T": s.T, "cells": s.G * s.J * s.T, "policy": policy,
            "device": device, "seed": seed, "offered_load": round(s.offered_load, 3),
            "estimate_bytes": scenario_bytes(s)}
+    if policy == "bound":
+        return run_bound(s, {**row, "estimate_bytes": None}, **(bound or {}))
     if policy == "allocator":
         try:  # the guard's estimate for the grid the run will build, or for no grid
             fitted, note = fit(s, cfg.solver, dev)
@@ -250,12 +298,14 @@ def fit_exponent(rows: list[dict], policy: str) -> float | None:
 
 
 def add_quality(rows: list[dict]) -> None:
-    """The allocator's weighted throughput against greedy's and FIFO's, per size."""
+    """The allocator's weighted throughput against greedy's and FIFO's, and
+    every policy's against the LP bound, per size."""
     by = {(r["G"], r["J"], r["T"], r["policy"]): r for r in rows if r.get("status") == "ok"}
     for r in rows:
-        if r["policy"] != "allocator" or r.get("status") != "ok":
+        if r["policy"] == "bound" or r.get("status") != "ok":
             continue
-        for other in ("greedy", "fifo"):
+        others = ("greedy", "fifo", "bound") if r["policy"] == "allocator" else ("bound",)
+        for other in others:
             o = by.get((r["G"], r["J"], r["T"], other))
             if o and o["weighted_throughput"]:
                 r[f"vs_{other}"] = r["weighted_throughput"] / o["weighted_throughput"]
@@ -295,8 +345,8 @@ def markdown(report: dict) -> str:
                 "peak resident memory above the process's before the policy"),
              "", "| G x J x T | cells | load | policy | grid | status | wall s | peak GiB | "
              "estimate GiB | it/s | relax s | repair s | search s | wthr | vs greedy | "
-             "vs FIFO |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vs FIFO | vs bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(
             f"| {r['G']} x {r['J']} x {r['T']} | {_f(r.get('cells'), '.3g')} | "
@@ -306,7 +356,8 @@ def markdown(report: dict) -> str:
             f"{_gib(r.get('estimate_bytes'))} | {_f(r.get('iters_per_s'), '.2f')} | "
             f"{_f(r.get('relax_s'), '.1f')} | {_f(r.get('repair_s'), '.1f')} | "
             f"{_f(r.get('local_search_s'), '.1f')} | {_f(r.get('weighted_throughput'), ',.0f')} | "
-            f"{_f(r.get('vs_greedy'), '.3f')} | {_f(r.get('vs_fifo'), '.3f')} |")
+            f"{_f(r.get('vs_greedy'), '.3f')} | {_f(r.get('vs_fifo'), '.3f')} | "
+            f"{_f(r.get('vs_bound'), '.4f')} |")
     cuda = [r for r in report["rows"] if "floor_step_s" in r]
     if cuda:
         lines += ["", "## The allocator's step against the memory-traffic floor", "",
@@ -357,13 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="a line for the results (e.g. machine load)")
     ap.add_argument("--set", action="append", default=[], metavar="solver.KEY=VALUE",
                     help="override a solver setting (repeatable); the results record it")
+    ap.add_argument("--bound-max-nonzeros", type=float, default=40e6,
+                    help="policy `bound`: build the per-pool LP only up to this many nonzeros")
+    ap.add_argument("--bound-time-limit", type=float, default=600.0,
+                    help="policy `bound`: HiGHS's time limit, seconds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.child:
         spec = json.loads(args.child)
         print(json.dumps(run_one(spec["G"], spec["J"], spec["T"], spec["policy"],
-                                 spec["device"], spec["seed"], spec.get("solver"))), flush=True)
+                                 spec["device"], spec["seed"], spec.get("solver"),
+                                 spec.get("bound"))), flush=True)
         return 0
     solver = {}
     for item in args.set:
@@ -393,8 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         if mx not in sizes:
             sizes.append(mx)
     wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
-    policies = [p for p in wanted if p in POLICIES]
-    missing = [p for p in wanted if p not in POLICIES]
+    policies = [p for p in wanted if p in POLICIES or p == "bound"]
+    missing = [p for p in wanted if p not in policies]
+    bound = {"max_nonzeros": int(args.bound_max_nonzeros),
+             "time_limit_s": args.bound_time_limit}
     if missing:
         print(f"not registered on this commit, skipped: {', '.join(missing)}")
 
@@ -409,11 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     for G, J, T in sizes:
         for policy in policies:
             spec = {"G": G, "J": J, "T": T, "policy": policy, "device": device,
-                    "seed": args.seed, "solver": solver}
+                    "seed": args.seed, "solver": solver, "bound": bound}
             if args.budget is not None and time.monotonic() - started > args.budget:
                 row = {**spec, "status": "skipped (time budget spent)"}
             elif args.quick:
-                row = run_one(G, J, T, policy, device, args.seed, solver)  # in this process
+                row = run_one(G, J, T, policy, device, args.seed, solver, bound)  # here
             else:
                 left = args.timeout if args.budget is None else max(
                     10.0, min(args.timeout, args.budget - (time.monotonic() - started)))
@@ -434,7 +492,7 @@ def _write(report: dict, args, policies: list[str]) -> None:
     from gpualloc.files import atomic_write_text
 
     add_quality(report["rows"])
-    report["exponents"] = {p: fit_exponent(report["rows"], p) for p in policies}
+    report["exponents"] = {p: fit_exponent(report["rows"], p) for p in policies if p != "bound"}
     report["load_end"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
     report["stem"] = args.name or f"speed_{report['ladder']}"
     args.out.mkdir(parents=True, exist_ok=True)

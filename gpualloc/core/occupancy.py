@@ -109,11 +109,18 @@ class Occupancy:
 
     def lengths(self, jobs: np.ndarray, start: int) -> np.ndarray:
         """(n,) int64: `length(j, start)` of each of `jobs` (n,), at once."""
+        return np.minimum(self.steps_of(jobs), self.T - start)
+
+    def steps_of(self, jobs: np.ndarray) -> np.ndarray:
+        """(n,) int64: `steps(j)` of each of `jobs` (n,)."""
         lay = self.lay
-        steps = np.where(self.closed[jobs] > 0,
-                         lay.restart_cost[jobs] + lay.duration[jobs] - self.progress[jobs],
-                         lay.duration[jobs])  # (n,) as steps()
-        return np.minimum(steps, self.T - start)
+        return np.where(self.closed[jobs] > 0,
+                        lay.restart_cost[jobs] + lay.duration[jobs] - self.progress[jobs],
+                        lay.duration[jobs])
+
+    def restorings(self, jobs: np.ndarray) -> np.ndarray:
+        """(n,) int64: `restoring(j)` of each of `jobs` (n,)."""
+        return np.where(self.closed[jobs] > 0, self.lay.restart_cost[jobs], 0)
 
     def place(self, j: int, start: int, first: int) -> None:
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)

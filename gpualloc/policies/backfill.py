@@ -55,9 +55,13 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
         # for n steps, none is for n or more (issue 26: most of thousands of
         # waiting jobs are answered without a scan).
         short: dict[int, int] = {}  # class -> the fewest steps no block was free for
+        waiting = [j for j in queue if arrival[j] <= t]
+        jobs = np.array(waiting, dtype=np.int64)
+        length = dict(zip(waiting, occ.lengths(jobs, t).tolist()))
+        cls = dict(zip(waiting, lay.job_class[jobs].tolist()))
 
         def start(j: int) -> bool:  # the lowest free block holding no replica at t
-            c, need = int(lay.job_class[j]), occ.length(j, t)
+            c, need = cls[j], length[j]
             if need >= short.get(c, lay.T + 1):
                 return False
             b, k = lay.blocks(j), int(lay.gpus[j])
@@ -66,7 +70,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
                 short[c] = need
                 return False
             g = int(b[i])
-            owner[t:t + occ.length(j, t), g:g + k] = j
+            owner[t:t + need, g:g + k] = j
             occ.place(j, t, g)
             return True
 
@@ -77,7 +81,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
                 occ.hold(t0, t0 + occ.length(j, t0), g, int(lay.gpus[j]))
             return True  # the head's turn is taken, held or not
 
-        started = set(easy_pass([j for j in queue if arrival[j] <= t], start, reserve))
+        started = set(easy_pass(waiting, start, reserve))
         if started:
             queue = [j for j in queue if j not in started]
     return Plan(owner=owner_of(owner))

@@ -182,6 +182,12 @@ class _Greedy:
         self.cached_cs: dict[tuple[int, int], np.ndarray] = {}
         self.queued = None  # self.queue as an int64 array, rebuilt when it changes
         self.longest: dict[tuple[bool, int, int], tuple[int, int]] = {}
+        # Per pass, while the grids stay as they are: _excess by (t, end, k), and
+        # whether a class has a demand-safe start for n steps after t.
+        self.excess_at: dict[tuple[int, int, int], int] = {}
+        self.excess_version = (-1, -1)
+        self.safe_later: dict[tuple[int, int, int], bool] = {}
+        self.safe_version = -1
         self.arrival = lay.arrival.tolist()  # a list: read per waiting job per step
         self.now = 0
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
@@ -233,12 +239,18 @@ class _Greedy:
         """The longest free run from t of a block of j's class, kept until
         that grid changes."""
         lay = self.lay
+        return self.longest_of(int(lay.job_class[j]), int(lay.gpus[j]), t, beside_footprint)
+
+    def longest_of(self, c: int, k: int, t: int, beside_footprint: bool) -> int:
+        """longest_free for a job of class c (of k GPUs)."""
         grid = self.foot if beside_footprint else self.hard
-        key = (beside_footprint, int(lay.job_class[j]), t)
+        key = (beside_footprint, c, t)
         hit = self.longest.get(key)
         if hit is None or hit[0] != grid.version:
+            lay = self.lay
+            blocks = lay.class_blocks[lay.class_ptr[c]:lay.class_ptr[c + 1]]
             hit = self.longest[key] = (grid.version, int(kb.longest_free(
-                grid.run, lay.blocks(j), int(lay.gpus[j]), t)))
+                grid.run, blocks, k, t)))
         return hit[1]
 
     def start(self, j: int, g: int, t: int) -> None:
@@ -274,7 +286,7 @@ class _Greedy:
         # A lower bound on the loss first: at each step the elastic GPUs in use
         # must fit in the free GPUs minus this job's; any excess is lost, at
         # the lowest elastic priority per GPU at least. Skips hopeless re-packs.
-        excess = _excess(self.hard.busy_gpus, self.foot.used, t, end, k, lay.G)
+        excess = self.excess(t, end, k)
         if excess > 0:
             if not cfg.displace:
                 return None
@@ -292,17 +304,43 @@ class _Greedy:
         i = int(np.argmax(net))
         return int(cand[i]) if worth_displacing(float(net[i]), later) else None
 
+    def excess(self, t: int, end: int, k: int) -> int:
+        """_excess of a block of k over [t, end), kept while both grids stay."""
+        version = (self.hard.version, self.foot.version)
+        if version != self.excess_version:
+            self.excess_at.clear()
+            self.excess_version = version
+        out = self.excess_at.get((t, end, k))
+        if out is None:
+            out = self.excess_at[(t, end, k)] = int(_excess(self.hard.busy_gpus, self.foot.used, t,
+                                                         end, k, self.lay.G))
+        return out
+
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
         if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
             # wait_value's bar is infinite whenever j has a demand-safe start:
             # whether it has one is enough (and the latest starts say it first).
-            lay = self.lay
-            safe = t + 1 < lay.T and kb.any_start(self.foot.run, lay.blocks(j), int(lay.gpus[j]),
-                                                  self.hard.steps(j), t + 1, lay.T)
-            return float("inf") if safe else 0.0
+            return float("inf") if self.safe_after(j, t) else 0.0
         e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
+
+    def safe_after(self, j: int, t: int) -> bool:
+        """Whether j has a demand-safe start after t (jobs of one class and
+        length share the answer while the footprint's grid stays)."""
+        lay = self.lay
+        if t + 1 >= lay.T:
+            return False
+        if self.safe_version != self.foot.version:
+            self.safe_later.clear()
+            self.safe_version = self.foot.version
+        steps = self.hard.steps(j)
+        key = (int(lay.job_class[j]), steps, t)
+        out = self.safe_later.get(key)
+        if out is None:
+            out = self.safe_later[key] = bool(kb.any_start(
+                self.foot.run, lay.blocks(j), int(lay.gpus[j]), steps, t + 1, lay.T))
+        return out
 
     def wait_value(self, j: int, t_safe: int | None) -> float:
         """The value displacing must beat: j's value at its earliest demand-safe
@@ -315,26 +353,12 @@ class _Greedy:
             return float("inf")
         return self.value(j, t_safe)
 
-    def try_start(self, j: int, t: int, want, allow_repack: bool) -> bool:
-        """Start j at t on its best-fit demand-safe block; False if none.
-        `want()`: the fit key's demand (most jobs that wait never need it)."""
-        self.foot.refresh(t)
-        if self.fits(j, t, beside_footprint=True):
-            cand = self.lay.blocks(j)[self.free_blocks(self.foot.run, j, t)]
-            key = self.fit_key(j, cand, ~self.foot.avoid[t], want())
-            self.start(j, int(cand[np.argmin(key)]), t)
-            return True
-        if not allow_repack or not self.cfg.demand_aware:
-            return False
-        # Every free block overlaps the footprint: re-pack the elastic demand
-        # without it (and weigh what it would displace).
-        if not self.fits(j, t, beside_footprint=False):
-            return False
-        g = self.displacing(j, t, want, lambda: self.later_value(j, t))
-        if g is None:
-            return False
-        self.start(j, g, t)
-        return True
+    def start_beside(self, j: int, t: int, want) -> None:
+        """Start j at t on its best-fit block beside the footprint (one is
+        free: fits(j, t, True)). `want()`: the fit key's demand."""
+        cand = self.lay.blocks(j)[self.free_blocks(self.foot.run, j, t)]
+        key = self.fit_key(j, cand, ~self.foot.avoid[t], want())
+        self.start(j, int(cand[np.argmin(key)]), t)
 
     def reserve(self, j: int, t: int, want, allow_repack: bool) -> bool:
         """EASY: reserve the earliest (time > t, block) at which j could start:
@@ -419,7 +443,13 @@ class _Greedy:
         hard_run = np.array([self.longest_free(r, t, False) for r in reps], dtype=np.int64)
         maybe = dict(zip(waiting, (lengths <= foot_run[at]).tolist()))
         maybe_hard = dict(zip(waiting, (lengths <= hard_run[at]).tolist()))
-        repacks_before = self.foot.repacks
+        # Most of thousands of waiting jobs fit nowhere: answered from the
+        # class's longest free run without a call per grid.
+        length = dict(zip(waiting, lengths.tolist()))
+        cls = dict(zip(waiting, lay.job_class[jobs].tolist()))
+        size = dict(zip(waiting, lay.gpus[jobs].tolist()))
+        foot, repacks_before = self.foot, self.foot.repacks
+        demand_aware = self.cfg.demand_aware
         if self.preempt:  # victims: preemptible jobs that started before t and run at t
             self.running_now = [r for r in self.hard.running(t).tolist()
                                 if lay.preemptible[r]]
@@ -430,14 +460,53 @@ class _Greedy:
                 return lambda: want_cs_now
             return lambda: self.want_cs(waiting, j, t)
 
+        def beside(j: int) -> bool:  # a block free beside the footprint (refreshed)
+            if foot.any_stale:
+                foot.refresh(t)
+            return length[j] <= self.longest_of(cls[j], size[j], t, True)
+
+        # Whether j starts is a function of its class, steps, priority (and
+        # the restore of a resumed job) and of the grids: a job like one that
+        # could not start, with the grids unchanged since, cannot either.
+        steps = dict(zip(waiting, self.hard.steps_of(jobs).tolist()))
+        weight = self.weight.tolist()
+        restoring = dict(zip(waiting, self.hard.restorings(jobs).tolist()))
+        stuck: set = set()
+        stuck_at = None
+
         def start(j: int) -> bool:
-            ok = maybe[j] and self.try_start(j, t, want(j), allow_repack=False)
-            if (not ok and maybe_hard[j]
-                    and self.foot.repacks - repacks_before < self.cfg.repack_jobs):
-                ok = self.try_start(j, t, want(j), allow_repack=True)
-            if not ok and self.preempt:
-                ok = self.preempt_for(j, t)
-            return ok
+            nonlocal stuck_at
+            if foot.any_stale:
+                foot.refresh(t)
+            state = (self.hard.version, foot.version, foot.repacks)
+            if state != stuck_at:
+                stuck.clear()
+                stuck_at = state
+            like = (cls[j], length[j], steps[j], weight[j], restoring[j])
+            if like in stuck:
+                return False
+            if try_start(j):
+                return True
+            if state == (self.hard.version, foot.version, foot.repacks):
+                stuck.add(like)
+            return False
+
+        def try_start(j: int) -> bool:
+            if maybe[j] and beside(j):
+                self.start_beside(j, t, want(j))
+                return True
+            if maybe_hard[j] and foot.repacks - repacks_before < self.cfg.repack_jobs:
+                if beside(j):
+                    self.start_beside(j, t, want(j))
+                    return True
+                # Every free block overlaps the footprint: re-pack the elastic
+                # demand without it (and weigh what it would displace).
+                if demand_aware and length[j] <= self.longest_of(cls[j], size[j], t, False):
+                    g = self.displacing(j, t, want(j), lambda: self.later_value(j, t))
+                    if g is not None:
+                        self.start(j, g, t)
+                        return True
+            return self.preempt and self.preempt_for(j, t)
 
         def reserve(j: int) -> bool:
             return self.reserve(j, t, want(j),
