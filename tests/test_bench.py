@@ -29,20 +29,44 @@ def test_scaled_mixed_keeps_size_and_load(speed):
 
 def test_quick_ladder_writes_results(speed, tmp_path):
     rc = speed.main(["--quick", "--sizes", "16x24x24,32x48x24", "--policies",
-                     "fifo,allocator,nonexistent", "--out", str(tmp_path), "--name", "t",
+                     "fifo,allocator,bound,nonexistent", "--out", str(tmp_path), "--name", "t",
                      "--set", "solver.local_search_iters=10", "--set", "solver.iterations=10"])
     assert rc == 0
     report = json.loads((tmp_path / "t.json").read_text())
     rows = report["rows"]
-    assert [(r["G"], r["policy"]) for r in rows] == [(16, "fifo"), (16, "allocator"),
-                                                     (32, "fifo"), (32, "allocator")]
+    assert [(r["G"], r["policy"]) for r in rows] == [
+        (16, "fifo"), (16, "allocator"), (16, "bound"), (32, "fifo"), (32, "allocator"),
+        (32, "bound")]
     assert all(r["status"] == "ok" for r in rows)
     alloc = [r for r in rows if r["policy"] == "allocator"]
     assert all(r["vs_fifo"] >= 1 - 1e-9 and r["iters_per_s"] > 0 for r in alloc)
+    # The bound is above every plan.
+    assert all(0 < r["vs_bound"] <= 1 + 1e-6 for r in rows if r["policy"] != "bound")
+    assert "bound" not in report["exponents"]
     assert report["exponents"]["allocator"] is not None and report["missing"] == "nonexistent"
     assert report["commit"] and report["machine"]["cores"] >= 1
     assert report["solver_overrides"] == {"local_search_iters": 10, "iterations": 10}
     assert "| 16 x 24 x 24 |" in (tmp_path / "t.md").read_text()
+
+
+def test_bound_is_skipped_above_its_nonzeros(speed):
+    s = generate(speed.scaled_mixed(16, 24, 24), 0)
+    nonzeros = speed.pool_lp_nonzeros(s)
+    row = speed.run_bound(s, {"policy": "bound"}, max_nonzeros=nonzeros - 1, time_limit_s=10)
+    assert row["status"].startswith("not built") and "weighted_throughput" not in row
+    row = speed.run_bound(s, {"policy": "bound"}, max_nonzeros=nonzeros, time_limit_s=10)
+    assert row["status"] == "ok" and row["weighted_throughput"] > 0
+
+
+def test_one_online_replan_is_timed_on_the_loops_view():
+    from bench.online_replan import run_one
+
+    rows = {kind: run_one(16, 24, 24, kind, at=6, every=3, seed=0)
+            for kind in ("allocator light", "greedy")}
+    for r in rows.values():
+        assert r["status"] == "ok" and r["tau"] == 6 and r["hint"]
+        assert r["view_T"] == 24 - 6 and r["value"] > 0
+    assert rows["allocator light"]["rounding"] is not None and rows["greedy"]["rounding"] is None
 
 
 def test_fit_exponent(speed):

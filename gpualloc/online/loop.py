@@ -39,26 +39,7 @@ def online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | s
 def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | str,
             name: str, on_view) -> Plan:
     o = cfg.online
-    if getattr(cfg, "solver", None) is not None:
-        cfg = copy.deepcopy(cfg)
-        cfg.solver.progress = False  # one progress bar per replan would flood the terminal
-        cfg.solver.discount = o.discount
-        # greedy's plan of a view wins there too often and loses online
-        # (measured on the Alibaba week: +3.0% against +13.4% over FIFO).
-        cfg.solver.start_from_greedy = False
-        cfg.solver.local_search_iters = min(cfg.solver.local_search_iters, o.search_moves)
-        cfg.solver.local_search_anneal_iters = o.anneal_moves
-        cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
-                                               max(1, o.search_moves // 5))
-        cfg.solver.deep_search_cells = 0  # a view's size never deepens a replan's search
-    light = cfg  # the policy's cheap plan: at an arrival, between two full replans
-    if getattr(cfg, "solver", None) is not None:
-        light = copy.deepcopy(cfg)
-        light.solver.rounding = "priority"  # no relaxation
-        light.solver.local_search_iters = min(cfg.solver.local_search_iters,
-                                              o.arrival_search_moves)
-        light.solver.local_search_anneal_iters = 0
-        light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
+    cfg, light = replan_configs(cfg)
     # Steps where rigid work arrives; each is known at its own step, and a
     # window that reaches one ends there, so every decision from that step
     # on comes from a plan made then.
@@ -126,6 +107,35 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "arrival_replans": arrival_replans,
                                    "full_replans": full_replans,
                                    "filled": filled, "deferred": deferred})
+
+
+
+def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
+    """(full, light): the policy's settings at a full replan, and its cheap
+    form at an arrival or between two full replans (the same for a policy
+    without a solver)."""
+    o = cfg.online
+    if getattr(cfg, "solver", None) is not None:
+        cfg = copy.deepcopy(cfg)
+        cfg.solver.progress = False  # one progress bar per replan would flood the terminal
+        cfg.solver.discount = o.discount
+        # greedy's plan of a view wins there too often and loses online
+        # (measured on the Alibaba week: +3.0% against +13.4% over FIFO).
+        cfg.solver.start_from_greedy = False
+        cfg.solver.local_search_iters = min(cfg.solver.local_search_iters, o.search_moves)
+        cfg.solver.local_search_anneal_iters = o.anneal_moves
+        cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
+                                               max(1, o.search_moves // 5))
+        cfg.solver.deep_search_cells = 0  # a view's size never deepens a replan's search
+    light = cfg  # the policy's cheap plan: at an arrival, between two full replans
+    if getattr(cfg, "solver", None) is not None:
+        light = copy.deepcopy(cfg)
+        light.solver.rounding = "priority"  # no relaxation
+        light.solver.local_search_iters = min(cfg.solver.local_search_iters,
+                                              o.arrival_search_moves)
+        light.solver.local_search_anneal_iters = 0
+        light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
+    return cfg, light
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
