@@ -301,3 +301,38 @@ def test_capped_search_is_repeatable_and_the_default_leaves_small_plans():
     assert default.info["local_search"] == uncapped.info["local_search"]
     assert default.info["local_search"]["iterations"] > 12  # the cap above did bind
     assert torch.equal(default.owner, uncapped.owner)
+
+
+@given(scenarios())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_no_plan_is_above_the_ideal_value(s):
+    from gpualloc.core.schedule import adopt
+    from gpualloc.policies.greedy import greedy
+
+    ideal = adopt(s, fifo(s).owner).ideal_value()
+    for owner in (fifo(s).owner, greedy(s).owner, allocator(s, QUICK, rivals=rivals()).owner):
+        assert adopt(s, owner).value() <= ideal + 1e-6 * max(1.0, ideal)
+
+
+def test_a_plan_that_runs_everything_at_once_is_returned_without_search():
+    from gpualloc.core.schedule import adopt
+
+    from scenarios import elastic, rigid, scen
+
+    # Two 8-GPU nodes: every job fits at its arrival beside the service.
+    s = scen([(2, 8, "H")], [rigid("a", 4, 3), rigid("b", 8, 2, arrival=1, priority=3),
+                             rigid("c", 2, 4, arrival=2), elastic("s", 1, [2, 1, 2, 2, 1, 1])])
+    plan = allocator(s, SolverConfig(progress=False), rivals=rivals())
+    assert plan.info["optimal"] == "ideal" and plan.info["relax_s"] == 0
+    assert check(s, plan.owner).ok
+    sched = adopt(s, plan.owner)
+    assert sched.value() == pytest.approx(sched.ideal_value())
+    rigid = s.rigid.numpy()
+    assert sched.waiting() == [] and (sched.start[rigid] == s.arrival.numpy()[rigid]).all()
+    searched = allocator(s, replace(QUICK, rounding="relaxed"), rivals=rivals())
+    assert weighted_throughput(s, searched.owner) <= weighted_throughput(s, plan.owner) + 1e-6
+    import gpualloc as ga
+
+    contended = ga.generate("mixed", seed=0, horizon=48)
+    plan = allocator(contended, QUICK, rivals=rivals())
+    assert "optimal" not in plan.info and check(contended, plan.owner).ok

@@ -259,6 +259,36 @@ class Schedule:
     def value(self) -> float:
         return self.rigid_value() + float(self.elastic_value.sum())
 
+    def ideal_value(self) -> float:
+        """A value no plan exceeds: every rigid job still to plan started at
+        its arrival and run whole, every replica still wanted served."""
+        lay = self.lay
+        j = self._to_plan()
+        start = np.minimum(lay.arrival[j], self.T)
+        steps = np.minimum(lay.duration[j], self.T - start)
+        if self.discounted:
+            steps = self.cum_weight[start + steps] - self.cum_weight[start]
+        rigid = float((lay.priority[j] * lay.gpus[j] * steps).sum())
+        e = np.asarray(self.elastic, dtype=np.int64)
+        per_step = ((lay.priority[e] * lay.gpus[e])[:, None] * self.demand[e]).sum(0)  # (T,)
+        if self.discounted:
+            per_step = per_step * self.step_weight
+        return rigid + float(per_step.sum())
+
+    def _to_plan(self) -> np.ndarray:
+        lay = self.lay
+        return np.nonzero(lay.rigid & ~self.done & ~lay.unplaceable)[0]
+
+    def is_ideal(self) -> bool:
+        """Every rigid job still to plan starts at its arrival, and the value
+        reaches ideal_value (every wanted replica served): no plan is better,
+        nor starts any work sooner."""
+        j = self._to_plan()
+        if not (self.start[j] == self.lay.arrival[j]).all():
+            return False
+        ideal = self.ideal_value()
+        return self.value() >= ideal - 1e-9 * max(1.0, abs(ideal))
+
     def earliness(self) -> float:
         """Priority-weighted GPU-steps between the rigid jobs' starts and the
         horizon: among plans of equal value, the one that starts important

@@ -31,6 +31,11 @@
    counted in moves x GPU-steps (`search_moves`).
    Offline, greedy's plan is returned when the search ends below it.
 
+Where the priority-order repair already runs every known job at its arrival
+and serves every wanted replica (Schedule.is_ideal: no plan is better),
+that plan is returned at once, with no relaxation and no search
+(`info.optimal`); online, on a lightly loaded cluster, most replans are so.
+
 Where no relaxed grid fits the memory guard, the registry's entry runs it
 without stage 1 and 2 (gpualloc.policies.allocator.memory.fit): the
 priority-order builds, FIFO's and greedy's plans, then the search; Plan.info
@@ -55,7 +60,7 @@ from gpualloc.policies.allocator.relax import relax
 from gpualloc.core import fixed_jobs, priority_order
 from gpualloc.core.schedule import adopt
 from gpualloc.policies.allocator.repair import build, build_parallel
-from gpualloc.policies.allocator.search import improve
+from gpualloc.policies.allocator.search import SearchStats, improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
 from gpualloc.core.segments import fill_segments
 from gpualloc.objective import value, weighted_throughput
@@ -103,6 +108,22 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
     info: dict = {}
     clock = time.perf_counter()
     planned = ~torch.from_numpy(fixed_jobs(s) & s.rigid.numpy()) & ~s.unplaceable
+    first = None  # the serial priority-order build, made first
+    if cfg.rounding in ("priority", "best") and s.J:
+        with cpu_threads(device, cfg.cpu_threads):
+            first = build(s, priority_order(s), cfg.demand_aware, None, cfg.discount)
+        if first.is_ideal():
+            # Everything known runs at its arrival and every wanted replica is
+            # served: no plan is better (online, most replans of a lightly
+            # loaded cluster), so nothing is relaxed or searched.
+            value_first = first.value()
+            info.update(representation="none", relax_s=0.0, rounding="serial/priority",
+                        repair_values={"serial/priority": value_first}, optimal="ideal",
+                        repair_s=time.perf_counter() - clock, local_search_s=0.0,
+                        local_search=vars(SearchStats(start_value=value_first,
+                                                      end_value=value_first,
+                                                      stopped_by="optimal")))
+            return Plan(owner=first.owner(), info=info)
     roundings = {}  # name -> (builder, order, starts to try first or None)
     guide = None
     if cfg.rounding in ("relaxed", "best") and s.J:
@@ -127,7 +148,8 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
 
     clock = time.perf_counter()
     with cpu_threads(device, cfg.cpu_threads):
-        built = {name: build(s, order, cfg.demand_aware, at, cfg.discount) if how == "serial"
+        built = {name: first if name == "serial/priority" and first is not None
+                 else build(s, order, cfg.demand_aware, at, cfg.discount) if how == "serial"
                  else build_parallel(s, order, cfg.demand_aware, discount=cfg.discount)
                  for name, (how, order, at) in roundings.items()}
         if "fifo" in rivals and s.fixed is None and not bool((s.min_served > 0).any()):

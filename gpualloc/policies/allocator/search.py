@@ -26,7 +26,8 @@ class SearchStats:
     start_value: float = 0.0
     end_value: float = 0.0
     stopped_by: str = "iterations"
-    """iterations | patience | time_limit_s: what ended the search."""
+    """iterations | patience | time_limit_s: what ended the search; optimal:
+    none ran (the repaired plan was ideal: Schedule.is_ideal)."""
 
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
