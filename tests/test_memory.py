@@ -155,10 +155,11 @@ def test_tiny_budget_stops_the_allocator_before_the_grid():
 def test_guard_in_the_run_path(tmp_path):
     # Through gpualloc.run.run and the policy registry, with a budget between
     # the packed and the dense grid's estimates: with the dense grid forced, a
-    # clear ScenarioError; with grid=auto, the packed grid instead.
+    # clear ScenarioError; with grid=auto, the packed grid instead (on a
+    # contended scenario: an ideal plan is returned before any grid).
     from gpualloc.scenario.generate import generate
     from gpualloc.run import run
-    args = ["+scenario=low_contention", "policies=[fifo,allocator]", "solver.iterations=4",
+    args = ["+scenario=mixed", "policies=[fifo,allocator]", "solver.iterations=4",
             "solver.local_search_iters=10", "solver.rounding_thresholds=[0.5]",
             "solver.progress=false"]
     cfg = composed(*args)

@@ -39,9 +39,11 @@ def test_the_clock_is_opt_in_and_reported():
 def test_same_seed_same_plan_whatever_the_thread_count(grid):
     # Large enough (750k cells) that torch splits the relaxation's kernels
     # across threads; its reductions must not make the plan depend on how.
+    # (A short relaxation and search: the threads only split the relaxation.)
     s = ga.generate("mixed", seed=1, horizon=48)
-    plans = [ga.plan(s, "allocator", seed=1, solver={"cpu_threads": n, "grid": grid})
-             for n in (1, 2, 3)]
+    solver = {"grid": grid, "iterations": 60, "local_search_iters": 20, "deep_search_cells": 0}
+    plans = [ga.plan(s, "allocator", seed=1, solver={**solver, "cpu_threads": n})
+             for n in (1, 2)]
     assert plans[0].info["representation"] == grid
     for p in plans[1:]:
         assert torch.equal(plans[0].owner, p.owner)

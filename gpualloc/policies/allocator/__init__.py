@@ -97,6 +97,18 @@ def search_moves(s: Scenario, cfg: SolverConfig) -> tuple[int, int | None]:
     return moves, cap
 
 
+def walk_budget(s: Scenario, cfg: SolverConfig) -> dict:
+    """The search's budget on `s` (Plan.info["search_budget"]): patience, the
+    second walk's moves and the first's (search_budget, search_moves), each
+    walk capped."""
+    patience, anneal_iters = search_budget(s, cfg)
+    moves, cap = search_moves(s, cfg)
+    if cap is not None:
+        anneal_iters = min(anneal_iters, cap)
+    return {"cells": s.G * s.J * s.T, "patience": patience, "anneal_iters": anneal_iters,
+            "moves": moves, "plan_cells": s.G * s.T, "move_cap": cap}
+
+
 def allocator(s: Scenario, cfg: SolverConfig | None = None,
               device: torch.device | str = "cpu", rivals: dict | None = None) -> Plan:
     """`rivals` (gpualloc.policies.rivals): the plans that compete with the
@@ -120,6 +132,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             info.update(representation="none", relax_s=0.0, rounding="serial/priority",
                         repair_values={"serial/priority": value_first}, optimal="ideal",
                         repair_s=time.perf_counter() - clock, local_search_s=0.0,
+                        search_budget=walk_budget(s, cfg),
                         local_search=vars(SearchStats(start_value=value_first,
                                                       end_value=value_first,
                                                       stopped_by="optimal")))
@@ -171,13 +184,8 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         info["repair_values"], info["rounding"] = values, chosen
         info["repair_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        patience, anneal_iters = search_budget(s, cfg)
-        moves, cap = search_moves(s, cfg)
-        if cap is not None:
-            anneal_iters = min(anneal_iters, cap)
-        info["search_budget"] = {"cells": s.G * s.J * s.T, "patience": patience,
-                                 "anneal_iters": anneal_iters, "moves": moves,
-                                 "plan_cells": s.G * s.T, "move_cap": cap}
+        budget = info["search_budget"] = walk_budget(s, cfg)
+        patience, anneal_iters, moves = budget["patience"], budget["anneal_iters"], budget["moves"]
         bar = progress.bar(total=moves + anneal_iters,
                            desc=f"search {s.name}", unit="move", leave=False,
                            disable=not cfg.progress)
