@@ -2,9 +2,11 @@
 machine and the commit."""
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -102,3 +104,21 @@ def write_results(out: Path, stem: str, result: dict, md: str) -> None:
     (out / f"{stem}.md").write_text(md)
     print(md)
 
+
+
+def run_child(module: str, spec: dict, timeout: float, base: dict) -> dict:
+    """`python -m MODULE --child SPEC` in a fresh process (its own peak memory,
+    no state carried over): the last JSON line it prints, else `base` with a
+    status. The child measures this checkout (its commit is recorded), not an
+    installed copy of gpualloc."""
+    cmd = [sys.executable, "-m", module, "--child", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": f"timeout after {timeout:.0f} s"}
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**base, "status": f"failed (exit {r.returncode}): {tail}"}
+    return json.loads(lines[-1])

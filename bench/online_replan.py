@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import ROOT, git_commit, machine
+from bench.common import ROOT, git_commit, machine, run_child
+from bench.speed import _f
 
 KINDS = ["allocator full", "allocator light", "greedy"]
 
@@ -102,20 +102,7 @@ def run_one(G: int, J: int, T: int, kind: str, at: int, every: int, seed: int) -
 
 
 def _child(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "bench.online_replan", "--child", json.dumps(spec)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {**spec, "status": f"timeout after {timeout:.0f} s"}
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode or not lines:
-        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
-        return {**spec, "status": f"failed: {tail[:200]}"}
-    return json.loads(lines[-1])
-
-
-def _f(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
+    return run_child("bench.online_replan", spec, timeout, spec)
 
 
 def markdown(report: dict) -> str:

@@ -32,7 +32,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -41,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, git_commit, machine
+from bench.common import ROOT, git_commit, machine, run_child
 
 # (G, J, T). The first rung is `mixed` itself (64 GPUs, 244 jobs, a week).
 CPU_LADDER = [(32, 122, 96), (64, 244, 168), (128, 500, 168), (256, 1000, 168),
@@ -134,32 +133,12 @@ def _kernel_step_time(G: int, J: int, T: int, dtype: torch.dtype, device: torch.
     return seconds
 
 
-def pool_lp_nonzeros(s) -> int:
-    """Nonzeros of the per-pool LP bound's matrix (gpualloc.policies.bounds),
-    counted before it is built: a rigid job's starts x pools x steps each,
-    a service's pools x steps with demand (twice)."""
-    import numpy as np
-
-    gpu_pool = s.gpu_pool.numpy()
-    total = 0
-    for j, job in enumerate(s.jobs):
-        if s.unplaceable[j]:
-            continue
-        pools = len(np.unique(gpu_pool[s.blocks(j).numpy()]))
-        if job.rigid:
-            starts = np.arange(job.arrival, s.T)
-            total += pools * (int(np.minimum(job.duration, s.T - starts).sum()) + len(starts))
-        else:
-            total += 2 * pools * int((s.demand[j] > 0).sum())
-    return total
-
-
 def run_bound(s, row: dict, max_nonzeros: int, time_limit_s: float) -> dict:
     """The per-pool LP bound (an upper bound on every plan's weighted
     throughput) where its matrix has at most max_nonzeros entries."""
     from gpualloc.config import ExactConfig
     from gpualloc.policies.allocator.memory import measure_rss_peak
-    from gpualloc.policies.bounds import lp_relaxation
+    from gpualloc.policies.bounds import lp_relaxation, pool_lp_nonzeros
 
     nonzeros = pool_lp_nonzeros(s)
     row["lp_nonzeros"] = nonzeros
@@ -267,21 +246,9 @@ def run_one(G: int, J: int, T: int, policy: str, device: str, seed: int,
 
 
 def _child(spec: dict, timeout: float) -> dict:
-    """One run in a fresh process (its own peak memory, no state carried over)."""
-    cmd = [sys.executable, "-m", "bench.speed", "--child", json.dumps(spec)]
-    # The child measures this checkout (its commit is recorded), not an
-    # installed copy of gpualloc.
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    base = {k: spec[k] for k in ("G", "J", "T", "policy", "device", "seed")}
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": f"timeout after {timeout:.0f} s"}
-    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
-    if r.returncode != 0 or not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**base, "status": f"failed (exit {r.returncode}): {tail}"}
-    return json.loads(lines[-1])
+    """One run in a fresh process (bench.common.run_child)."""
+    return run_child("bench.speed", spec, timeout,
+                     {k: spec[k] for k in ("G", "J", "T", "policy", "device", "seed")})
 
 
 # ---- the report -------------------------------------------------------------------------------

@@ -51,7 +51,9 @@ def test_quick_ladder_writes_results(speed, tmp_path):
 
 def test_bound_is_skipped_above_its_nonzeros(speed):
     s = generate(speed.scaled_mixed(16, 24, 24), 0)
-    nonzeros = speed.pool_lp_nonzeros(s)
+    from gpualloc.policies.bounds import pool_lp_nonzeros
+
+    nonzeros = pool_lp_nonzeros(s)
     row = speed.run_bound(s, {"policy": "bound"}, max_nonzeros=nonzeros - 1, time_limit_s=10)
     assert row["status"].startswith("not built") and "weighted_throughput" not in row
     row = speed.run_bound(s, {"policy": "bound"}, max_nonzeros=nonzeros, time_limit_s=10)

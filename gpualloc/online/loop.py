@@ -109,7 +109,6 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "filled": filled, "deferred": deferred})
 
 
-
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
     """(full, light): the policy's settings at a full replan, and its cheap
     form at an arrival or between two full replans (the same for a policy

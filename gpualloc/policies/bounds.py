@@ -181,6 +181,28 @@ def _pool_lp(s: Scenario):
             cat(col_upper), constant)
 
 
+def pool_lp_nonzeros(s: Scenario) -> int:
+    """Nonzeros of _pool_lp's matrix, counted without building it: a rigid
+    job's (start, pool) columns hold its steps and its one-start row, a
+    service's (pool, step) columns a capacity and a demand row each."""
+    T, gpu_pool = s.T, s.gpu_pool.numpy()
+    fixed = _fixed(s)
+    in_fixed = np.zeros(s.J, dtype=bool)
+    in_fixed[fixed[fixed >= 0].unique().numpy()] = True
+    need = still_wanted(s, time_major(fixed))
+    total = 0
+    for j, job in enumerate(s.jobs):
+        if s.unplaceable[j] or (job.rigid and in_fixed[j]):
+            continue
+        pools = len(np.unique(gpu_pool[s.blocks(j).numpy()]))
+        if job.rigid:
+            starts = np.arange(job.arrival, T)
+            total += pools * (int(np.minimum(job.duration, T - starts).sum()) + len(starts))
+        else:
+            total += 2 * pools * int((need[j] > 0).sum())
+    return total
+
+
 def _highs(highspy):
     """A Highs instance; the first one prints a banner on the C stdout, which
     would land in the run's table, so that one is made with fd 1 muted."""

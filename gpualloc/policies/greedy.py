@@ -171,6 +171,7 @@ class _Greedy:
         self.el_gpus = lay.gpus[self.el]
         self.el_weight = lay.priority[self.el] * self.el_gpus  # value of one replica-step
         self.weight = lay.priority * lay.gpus
+        self.weight_of = self.weight.tolist()  # a list: read per waiting job per step
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
         # The elastic footprint and the grid a new rigid job must avoid (core).
         self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware,
@@ -469,7 +470,7 @@ class _Greedy:
         # the restore of a resumed job) and of the grids: a job like one that
         # could not start, with the grids unchanged since, cannot either.
         steps = dict(zip(waiting, self.hard.steps_of(jobs).tolist()))
-        weight = self.weight.tolist()
+        weight = self.weight_of
         restoring = dict(zip(waiting, self.hard.restorings(jobs).tolist()))
         stuck: set = set()
         stuck_at = None
