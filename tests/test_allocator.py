@@ -314,6 +314,7 @@ def test_no_plan_is_above_the_ideal_value(s):
 
     ideal = adopt(s, fifo(s).owner).ideal_value()
     for owner in (fifo(s).owner, greedy(s).owner, allocator(s, QUICK, rivals=rivals()).owner):
+        assert check(s, owner).ok
         assert adopt(s, owner).value() <= ideal + 1e-6 * max(1.0, ideal)
 
 
