@@ -295,3 +295,30 @@ def test_schedule_value_is_the_objective(s, discount):
     sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid and not sched.done[j]])
     sched.fill_elastic()
     assert sched.value() == pytest.approx(value(s, sched.owner(), discount), rel=1e-9, abs=1e-9)
+
+
+@given(scenarios(), st.data())
+@settings(max_examples=30)
+def test_removing_many_jobs_at_once_is_removing_each(s, data):
+    # A search move removes its jobs in one compiled call; the occupancy, its
+    # free runs and the guard's slack must come out as one `remove` each gives.
+    from gpualloc.core import priority_order
+    from gpualloc.core.schedule import Schedule
+
+    def placed():
+        sched = Schedule(s)
+        sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid and not sched.done[j]])
+        return sched
+
+    one, each = placed(), placed()
+    jobs = np.nonzero(one.start >= 0)[0].tolist()
+    gone = data.draw(st.lists(st.sampled_from(jobs), unique=True) if jobs else st.just([]))
+    one.remove_all(gone)
+    for j in gone:
+        each.remove(j)
+    for a, b in ((one.occ.busy, each.occ.busy), (one.occ.owner, each.occ.owner),
+                 (one.occ.run, each.occ.run), (one.occ.busy_gpus, each.occ.busy_gpus),
+                 (one.start, each.start), (one.first, each.first),
+                 (one.guard.slack, each.guard.slack)):
+        assert (a == b).all()
+    assert (one.occ.run == kb.runs_of(one.occ.busy)).all()

@@ -31,6 +31,30 @@ def place(j, start, first, k, end, busy, owner, run, start_of, first_of, slack, 
 
 
 @njit(cache=True)
+def unplace(jobs, ends, busy, busy_gpus, owner, run, start_of, first_of, slack, subset_pools,
+            gpus, gpu_pool):
+    """`place` undone for each of `jobs` (placed, each running to ends[i]), in
+    order: what a search move removes, in one call."""
+    for i in range(jobs.shape[0]):
+        j = jobs[i]
+        start, first, k, end = start_of[j], first_of[j], gpus[j], ends[i]
+        for t in range(start, end):
+            for g in range(first, first + k):
+                if busy[t, g]:
+                    busy_gpus[t] -= 1
+                busy[t, g] = False
+                owner[t, g] = -1
+        update_runs(busy, run, first, first + k, end)
+        start_of[j] = -1
+        first_of[j] = -1
+        pool = gpu_pool[first]
+        for u in range(slack.shape[0]):
+            if subset_pools[u, pool]:
+                for t in range(start, end):
+                    slack[u, t] += k
+
+
+@njit(cache=True)
 def insert_serial(order, not_before, busy, owner, run, start_of, first_of, slack, subset_pools,
                   subset_priority, subset_replica, guarded, gpus, duration, arrival, priority,
                   job_class, class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):

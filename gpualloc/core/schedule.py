@@ -18,7 +18,7 @@ from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, 
 from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
-from gpualloc.core.insert import insert_serial
+from gpualloc.core.insert import insert_serial, unplace
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.classes import restricted_first, serve, unions
@@ -99,8 +99,11 @@ class Schedule:
 
     def remove_all(self, jobs) -> None:
         """`remove` for each placed job of `jobs`."""
-        for j in self._runs(jobs)[0].tolist():
-            self.remove(j)
+        jobs, _, end = self._runs(jobs)
+        occ, lay = self.occ, self.lay
+        unplace(jobs, end, occ.busy, occ.busy_gpus, occ.owner, occ.run, occ.start, occ.first,
+                self.guard.slack, self.guard.subset_pools, lay.gpus, lay.gpu_pool)
+        occ.version += len(jobs)
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind

@@ -52,6 +52,7 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
     start (EASY), and the jobs behind it start only around that reservation."""
     lay, T = sched.lay, sched.T
     arrival, gpus, job_class = lay.arrival, lay.gpus, lay.job_class
+    n_classes = int(job_class.max(initial=0)) + 1
     todo = sorted(jobs, key=lambda j: (arrival[j], rank[j]))
     waiting: list[int] = []
     placed = np.nonzero(sched.start >= 0)[0]
@@ -66,17 +67,22 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
         waiting.sort(key=rank.__getitem__)
         free = int((~sched.busy[t]).sum())
         ghost = None
-        failed: dict[int, int] = {}  # class -> shortest run that did not fit (this state)
+        # What a job needs to be tried at all, per waiting job: most of
+        # thousands are answered here, without a call each (issue 28).
+        jobs = np.array(waiting, dtype=np.int64)
+        size, cls = gpus[jobs], job_class[jobs]
+        length = sched.occ.lengths(jobs, t)
+        failed = np.full(n_classes, 1 << 30, dtype=np.int64)  # shortest run that did not fit
         displaced = False
 
-        def start(j: int) -> bool:
+        def start(i: int) -> bool:
             nonlocal free, displaced
-            c, length = job_class[j], sched.length(j, t)
+            j, c = waiting[i], cls[i]
             first = None
-            if gpus[j] <= free and length < failed.get(c, 1 << 30):
+            if size[i] <= free and length[i] < failed[c]:
                 first, hard = sched.fits_at(j, t, demand_aware, displace=False)
                 if first is None and hard:
-                    failed[c] = length
+                    failed[c] = length[i]
                     # Only the first job held back by elastic demand may
                     # displace it: the one a reservation would protect.
                     if not displaced and demand_aware:
@@ -85,23 +91,38 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
             if first is None:
                 return False
             sched.place(j, t, first)
-            free -= int(gpus[j])
-            heapq.heappush(ends, t + length)
-            failed.clear()
+            free -= int(size[i])
+            heapq.heappush(ends, t + int(length[i]))
+            failed[:] = 1 << 30
             return True
 
-        def hold(j: int) -> bool:
+        def hold(i: int) -> bool:
             nonlocal ghost
+            j = waiting[i]
             spot = sched.find(j, t + 1, demand_aware)
             if spot is not None:
                 ghost = (j, spot[0])
                 sched.hold(j, *spot)
-                failed.clear()
+                failed[:] = 1 << 30
             return ghost is not None
 
-        for j in easy_pass(list(waiting), start, hold, held=not reserve,
-                           full=lambda: free == 0):
-            waiting.remove(j)
+        def tries():
+            """The waiting jobs in order; once a reservation is held (or none
+            is made), only those that pass start's first test."""
+            i = 0
+            while i < len(waiting):
+                if ghost is not None or not reserve:
+                    can = (size[i:] <= free) & (length[i:] < failed[cls[i:]])
+                    ahead = np.flatnonzero(can)
+                    if len(ahead) == 0:
+                        return
+                    i += int(ahead[0])
+                yield i
+                i += 1
+
+        started = set(easy_pass(tries(), start, hold, held=not reserve,
+                                full=lambda: free == 0))
+        waiting = [j for i, j in enumerate(waiting) if i not in started]
         if ghost is not None:
             sched.release()
         while ends and ends[0] <= t:
