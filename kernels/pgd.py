@@ -25,12 +25,17 @@ arrays (gain and the J x T outputs, price and the G x T outputs, compat J x G,
 free G x T) add a few bytes per (g, t) and (j, t), negligible next to the grid
 when G and J are large. See `bytes_moved`.
 
-`pgd_step_ref` is the plain-torch reference and the CPU fallback;
-`pgd_step` dispatches to the Triton kernel on CUDA when Triton is installed.
+`pgd_step_ref` is the plain-torch reference; `pgd_step` dispatches to the
+Triton kernel on CUDA when Triton is installed, to the compiled CPU step
+(gpualloc.kernels.pgd_cpu, numba) on a float32 CPU grid, and to the
+reference elsewhere (half precision on the CPU). The packed grid likewise:
+`pgd_step_packed_ref` and its compiled CPU step.
 """
 from __future__ import annotations
 
 import torch
+
+from gpualloc.kernels.pgd_cpu import compiled, pgd_step_cpu, pgd_step_packed_cpu
 
 
 def bytes_moved(G: int, J: int, T: int, itemsize: int = 4) -> int:
@@ -171,9 +176,12 @@ def triton_available() -> bool:
 
 def pgd_step(x, compat, arrival, free, gain, price, rigid, smooth: float, mask=None, work=None):
     """Dispatch: the Triton kernel on CUDA (when Triton is installed), the
+    compiled CPU step on a float32 CPU grid (gpualloc.kernels.pgd_cpu), the
     torch reference elsewhere."""
     if x.is_cuda and triton_available():
         return pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth)
+    if compiled(x):
+        return pgd_step_cpu(x, compat, arrival, free, gain, price, rigid, smooth)
     return pgd_step_ref(x, compat, arrival, free, gain, price, rigid, smooth, mask, work)
 
 
@@ -185,6 +193,19 @@ def packed_bytes_moved(G: int, L: int, itemsize: int = 4) -> int:
 
 def pgd_step_packed(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth, J: int,
                     work=None):
+    """Dispatch: the compiled CPU step on a float32 CPU grid
+    (gpualloc.kernels.pgd_cpu), the torch reference elsewhere."""
+    if compiled(x):
+        pull = torch.zeros(x.shape[1], dtype=x.dtype).index_add_(
+            0, edges, torch.ones(len(edges), dtype=x.dtype))
+        return pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, pull,
+                                   smooth, J)
+    return pgd_step_packed_ref(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth,
+                               J, work)
+
+
+def pgd_step_packed_ref(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth, J: int,
+                        work=None):
     """The same step on the packed grid: only the cells a job can ever hold,
     x (G, L) with column c standing for (job cols_job[c], timestep cols_t[c]),
     each job's columns consecutive in time. `mask` (G, L) in x's dtype,
@@ -192,9 +213,8 @@ def pgd_step_packed(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, 
     (zero across jobs and for elastic jobs), times `smooth`; `edges` the
     columns whose outer neighbour in time is a cell outside the window (zero,
     as in the dense grid); `work` the buffers of `scratch(x)`. Returns x, S,
-    N, C, M, A, K as the dense step does. Torch only: the dense kernel serves
-    the GPU, this form serves grids the dense one cannot hold or sweep fast
-    enough."""
+    N, C, M, A, K as the dense step does. The torch reference: this form
+    serves grids the dense one cannot hold or sweep fast enough."""
     G, L = x.shape
     T = price.shape[1]
     d, buf = work if work is not None else scratch(x)

@@ -115,11 +115,11 @@ def test_no_grid_fits_the_allocator_plans_without_the_relaxation():
 def test_estimate_scales_with_the_grid_and_dtype():
     small, big = dense_bytes(64, 300, 168), dense_bytes(640, 300, 168)
     extra_cells = (640 - 64) * 300 * 168
-    assert 17 * extra_cells < big - small < 30 * extra_cells  # float32 grid + temporaries
-    # Half precision halves the grid where the fused kernel works in place; on
-    # the CPU the float32 temporaries of the torch step eat the saving
-    # (measured: 17 bytes a cell either way).
-    assert dense_bytes(512, 1500, 168, "bfloat16") <= dense_bytes(512, 1500, 168, "float32")
+    assert 4 * extra_cells < big - small < 6 * extra_cells  # the float32 grid, stepped in place
+    # Half precision halves the grid where a fused kernel works in place
+    # (Triton); the compiled CPU step is float32 only, and the torch step's
+    # float32 temporaries make a half-precision grid on the CPU the larger.
+    assert dense_bytes(512, 1500, 168, "bfloat16") > dense_bytes(512, 1500, 168, "float32")
     if triton_available():
         assert (dense_bytes(512, 1500, 168, "bfloat16", "cuda")
                 < dense_bytes(512, 1500, 168, "float32", "cuda"))

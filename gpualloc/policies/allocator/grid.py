@@ -16,6 +16,7 @@ import torch
 
 from gpualloc.config import SolverConfig
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed, scratch, triton_available
+from gpualloc.kernels.pgd_cpu import compiled
 from gpualloc.scenario import Scenario
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,7 +62,9 @@ class Grid:
         if self.representation == "dense":
             self.x = torch.zeros(G, J, T, device=device, dtype=dtype)
             self.mask = None
-            self.work = None  # the fused Triton kernel needs none
+            self.work = None  # the fused kernels (Triton, compiled CPU) need none
+            if compiled(self.x):
+                return
             if device.type == "cpu":  # the reference would rebuild it every step
                 self.mask = (compat.T[:, :, None] & (t[None, None, :] >= self.arrival[None, :, None])
                              & free[:, None, :]).to(dtype)  # (G, J, T)
@@ -83,7 +86,7 @@ class Grid:
         self.edges = edges.to(device)
         self.mask = (compat.T[:, self.cols_job] & free[:, self.cols_t]).to(dtype)  # (G, L)
         self.x = torch.zeros(G, L, device=device, dtype=dtype)
-        self.work = scratch(self.x)
+        self.work = None if compiled(self.x) else scratch(self.x)
 
     def step(self, gain, price, smooth):
         if self.representation == "dense":

@@ -11,9 +11,10 @@ real peak on the CPU and checks it stays below them):
   or the packed grid (G, L) of only the cells a job can ever hold, and what
   one step needs beside it. On CUDA the fused Triton kernel updates the dense
   grid in place: the grid plus the (J, T), (G, T), (J, G) side arrays. The
-  torch steps (the CPU, the packed grid, CUDA without Triton) also hold
+  torch steps (half precision on the CPU, CUDA without Triton) also hold
   arrays of the grid's size: its mask, the time differences, the positive
-  cells. `fit` turns to the packed grid when the dense one does not fit.
+  cells; the compiled CPU step (float32) only the packed grid's mask.
+  `fit` turns to the packed grid when the dense one does not fit.
 - `scenario_bytes`: the arrays every policy shares (demand (J, T), the
   compatibility (J, G), owner grids and prefix sums (G, T), candidate block
   lists), checked in `gpualloc.run.run` before FIFO runs.
@@ -73,7 +74,9 @@ def dense_bytes(G: int, J: int, T: int, dtype: str = "float32",
     """Upper bound on the relaxation's peak bytes with the dense (G, J, T) grid."""
     device = torch.device(device)
     b = ITEMSIZE[dtype]
-    if _uses_reference(device):
+    if device.type == "cpu" and dtype == "float32":
+        per_cell = b * 5 / 4  # the compiled CPU step works in place too (kernels.pgd_cpu)
+    elif _uses_reference(device):
         # The torch reference holds the grid, its mask (precomputed on the
         # CPU; two bool temporaries on CUDA without Triton) and its two work
         # buffers (the time differences and the positive cells), all in the
@@ -91,9 +94,12 @@ def packed_bytes(G: int, L: int, J: int, T: int, dtype: str = "float32",
     grid + mask + the two work buffers (time differences; the capacity price
     gathered per column, then the positive cells), all in the grid's dtype;
     a half-precision grid also gathers the float32 price and makes float32
-    copies. 25% of room above the model."""
+    copies; a float32 grid on the CPU (the compiled step) only the grid and
+    its mask. 25% of room above the model."""
     b = ITEMSIZE[dtype]
     per_cell = (4 * b + (4 + 8 if b < 4 else 0)) * 5 / 4
+    if torch.device(device).type == "cpu" and dtype == "float32":
+        per_cell = 2 * b * 5 / 4  # the compiled CPU step: the grid and its mask
     # Per column: job and timestep indices (int64), gathered gains, sums.
     return int(G * L * per_cell + 48 * L + _side(G, J, T) + _fixed(torch.device(device)))
 
