@@ -322,3 +322,24 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
                  (one.guard.slack, each.guard.slack)):
         assert (a == b).all()
     assert (one.occ.run == kb.runs_of(one.occ.busy)).all()
+
+
+@given(st.data())
+@settings(max_examples=40)
+def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
+    # The repair asks "is some union short over [t, t + d)" at one t; the
+    # answer must be the full (P, T) table's column t.
+    from gpualloc.core.guard import _short, _short_from
+
+    U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))
+    slack = np.array(data.draw(st.lists(st.integers(-2, 6), min_size=U * T, max_size=U * T)),
+                     dtype=np.int64).reshape(U, T)
+    pools = np.array(data.draw(st.lists(st.booleans(), min_size=U * P, max_size=U * P)),
+                     dtype=np.bool_).reshape(U, P)
+    k, d = data.draw(st.integers(1, 4)), data.draw(st.integers(1, T + 2))
+    table = np.zeros((P, T), dtype=np.bool_)
+    _short(slack, pools, k, d, table)
+    for t in range(T):
+        one = np.zeros(P, dtype=np.bool_)
+        _short_from(slack, pools, k, t, d, one)
+        assert (one == table[:, t]).all()

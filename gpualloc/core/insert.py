@@ -12,12 +12,14 @@ from gpualloc.core.guard import guarded_find
 
 
 @njit(cache=True)
-def place(j, start, first, k, end, busy, owner, run, start_of, first_of, slack, subset_pools,
-          gpu_pool):
+def place(j, start, first, k, end, busy, busy_gpus, owner, run, start_of, first_of, slack,
+          subset_pools, gpu_pool):
     """Rigid job j on GPUs [first, first + k) over [start, end): the
-    occupancy, its free runs and the guard's slack follow."""
+    occupancy, its count per step, its free runs and the guard's slack follow."""
     for t in range(start, end):
         for g in range(first, first + k):
+            if not busy[t, g]:
+                busy_gpus[t] += 1
             busy[t, g] = True
             owner[t, g] = j
     update_runs(busy, run, first, first + k, end)
@@ -55,8 +57,8 @@ def unplace(jobs, ends, busy, busy_gpus, owner, run, start_of, first_of, slack, 
 
 
 @njit(cache=True)
-def insert_serial(order, not_before, busy, owner, run, start_of, first_of, slack, subset_pools,
-                  subset_priority, subset_replica, guarded, gpus, duration, arrival, priority,
+def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, first_of, slack,
+                  subset_pools, subset_priority, subset_replica, guarded, gpus, duration, arrival, priority,
                   job_class, class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):
     """Each job of `order` not placed yet at its earliest feasible start: from
     not_before[i] first when it is >= 0, else (or failing that) from its
@@ -97,7 +99,7 @@ def insert_serial(order, not_before, busy, owner, run, start_of, first_of, slack
                 failed_after[c], failed_d[c] = after, d
         if t < 0:
             continue
-        place(j, t, g, k, t + min(d, T - t), busy, owner, run, start_of, first_of, slack,
+        place(j, t, g, k, t + min(d, T - t), busy, busy_gpus, owner, run, start_of, first_of, slack,
               subset_pools, gpu_pool)
         failed_after[:] = T + 1
         placed += 1

@@ -18,7 +18,7 @@ from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, 
 from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
-from gpualloc.core.insert import insert_serial, unplace
+from gpualloc.core.insert import insert_serial, place, unplace
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.classes import restricted_first, serve, unions
@@ -68,9 +68,11 @@ class Schedule:
         return self.occ.length(j, start)
 
     def place(self, j: int, start: int, first: int) -> None:
-        self.occ.place(j, start, first)
-        self.guard.take(int(self.lay.gpu_pool[first]), start, start + self.length(j, start),
-                        int(self.lay.gpus[j]))
+        occ, lay = self.occ, self.lay
+        place(j, start, first, int(lay.gpus[j]), start + self.length(j, start), occ.busy,
+              occ.busy_gpus, occ.owner, occ.run, occ.start, occ.first, self.guard.slack,
+              self.guard.subset_pools, lay.gpu_pool)
+        occ.version += 1
 
     def remove(self, j: int) -> None:
         start, first = int(self.start[j]), int(self.first[j])
@@ -217,8 +219,8 @@ class Schedule:
             for i, j in enumerate(order.tolist()):
                 not_before[i] = at.get(j, -1)
         placed = insert_serial(
-            order, not_before, occ.busy, occ.owner, occ.run, occ.start, occ.first, guard.slack,
-            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            order, not_before, occ.busy, occ.busy_gpus, occ.owner, occ.run, occ.start, occ.first,
+            guard.slack, guard.subset_pools, guard.subset_priority, guard.subset_replica,
             demand_aware and guard.U > 0, lay.gpus, lay.duration, lay.arrival, lay.priority,
             lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool,
             lay.gpu_node, lay.N)
