@@ -44,6 +44,8 @@ footprint's packing are the placement core's (gpualloc.core).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 import torch
 from numba import njit
@@ -509,11 +511,30 @@ class _Greedy:
                         return True
             return self.preempt and self.preempt_for(j, t)
 
-        def reserve(j: int) -> bool:
-            return self.reserve(j, t, want(j),
-                                self.foot.repacks - repacks_before < self.cfg.repack_jobs)
+        held = not self.cfg.reservation
 
-        started = set(easy_pass(waiting, start, reserve, held=not self.cfg.reservation))
+        def reserve(j: int) -> bool:
+            nonlocal held
+            held = self.reserve(j, t, want(j),
+                                self.foot.repacks - repacks_before < self.cfg.repack_jobs)
+            return held
+
+        # Once a reservation is held, a job with no free block at the pass's
+        # start (in either grid, which only fill) and nothing to preempt
+        # cannot start: those are passed over without a call each (issue 28).
+        may = None if self.preempt else [i for i, j in enumerate(waiting)
+                                         if maybe[j] or maybe_hard[j]]
+
+        def tries():
+            for i, j in enumerate(waiting):
+                if held and may is not None:
+                    yield from (waiting[x] for x in may[bisect_left(may, i):])
+                    if foot.any_stale:  # as the first job passed over would have
+                        foot.refresh(t)
+                    return
+                yield j
+
+        started = set(easy_pass(tries(), start, reserve, held=held))
         if started:
             self.queue = [j for j in self.queue if j not in started]
             self.queue_changed()
