@@ -148,7 +148,7 @@ def test_cli_bad_files_exit_2_one_line(tmp_path):
     procs = {name: start(name, "+scenario=file", f"scenario.path={files[name]}",
                          "policies=[fifo]") for name in CLI_CASES}
     procs["memory_guard"] = start("memory_guard", "+scenario=mixed", "policies=[fifo,allocator]",
-                                  "solver.memory_budget_gb=0.15", "solver.grid=dense")
+                                  "solver.memory_budget_gb=0.137", "solver.grid=dense")
     errors = {}
     for name, p in procs.items():
         out, err = p.communicate(timeout=300)
