@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import numba
 import torch
 
 
 @contextmanager
 def cpu_threads(device: torch.device | str, n: int):
-    """Run the block on `n` threads, torch's and numba's (device CPU and n > 0;
-    else as is)."""
+    """Run the block on `n` threads (device CPU and n > 0; else as is): torch's,
+    which the compiled CPU kernels follow (gpualloc.kernels.pgd_cpu)."""
     # Small (G x T) tensors gain little from more threads, and where a core is
     # busy with anything else torch's thread pool spins and runs ~10x slower
     # (measured: a relaxation 1.4 s on one thread, 13.8 s on two, beside one
@@ -18,11 +17,9 @@ def cpu_threads(device: torch.device | str, n: int):
     if torch.device(device).type != "cpu" or n <= 0:
         yield
         return
-    old, old_numba = torch.get_num_threads(), numba.get_num_threads()
+    old = torch.get_num_threads()
     torch.set_num_threads(n)
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
         yield
     finally:
         torch.set_num_threads(old)
-        numba.set_num_threads(old_numba)

@@ -11,6 +11,9 @@ reference serves the others.
 """
 from __future__ import annotations
 
+import types
+
+import numba
 import numpy as np
 import torch
 from numba import njit, prange
@@ -104,6 +107,33 @@ def _packed(x, seg_first, seg_t0, seg_w, mask, gain_col, price, pull, smooth, S,
                 cp[u] += one if r[u] > zero else zero
 
 
+def _serial(kernel):
+    """The same loops compiled without threads (prange runs as range), under a
+    name of their own for numba's cache. One thread (the allocator's default)
+    never starts numba's threading layer: its OpenMP runtime makes a later
+    fork() terminate the child (a multiprocessing pool, a pre-forking
+    server)."""
+    f = kernel.py_func
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__,
+                           f.__closure__)
+    g.__qualname__ = f.__qualname__ + "_serial"
+    return njit(cache=True)(g)
+
+
+_SERIAL = {_dense: _serial(_dense), _packed: _serial(_packed)}
+
+
+def _run(kernel, *args) -> None:
+    """On torch's thread count (gpualloc.threads.cpu_threads sets it): one sum
+    order either way, so the result is the same."""
+    n = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+    if n <= 1:
+        _SERIAL[kernel](*args)
+        return
+    numba.set_num_threads(n)
+    kernel(*args)
+
+
 def compiled(x: torch.Tensor) -> bool:
     """Whether the compiled step serves this grid."""
     return x.device.type == "cpu" and x.dtype == torch.float32
@@ -115,7 +145,7 @@ def pgd_step_cpu(x, compat, arrival, free, gain, price, rigid, smooth: float):
     f32 = np.float32
     S, N = np.zeros((G, T), f32), np.zeros((G, T), f32)
     C, M = np.zeros((J, T), f32), np.zeros((J, T), f32)
-    _dense(x.numpy(), compat.numpy(), arrival.numpy(), free.numpy(),
+    _run(_dense, x.numpy(), compat.numpy(), arrival.numpy(), free.numpy(),
            gain.float().contiguous().numpy(), price.float().contiguous().numpy(),
            rigid.numpy().astype(f32), f32(smooth), S, N, C, M)
     C, M = torch.from_numpy(C), torch.from_numpy(M)
@@ -136,7 +166,7 @@ def pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, is_
     first = np.concatenate([[0], np.flatnonzero(job[1:] != job[:-1]) + 1, [L]] if L else [[0]])
     first = first.astype(np.int64)
     inner = np.concatenate([smooth_cols.numpy(), np.zeros(1, f32)])  # (L,) weight to the next
-    _packed(x.numpy(), first, cols_t.numpy()[first[:-1]], f32(smooth) * inner[first[:-1]],
+    _run(_packed, x.numpy(), first, cols_t.numpy()[first[:-1]], f32(smooth) * inner[first[:-1]],
             mask.numpy(), gain.float()[cols_job, cols_t].numpy(),
             price.float().contiguous().numpy(), is_edge.numpy(), f32(smooth), S, N, col_sum,
             col_pos)

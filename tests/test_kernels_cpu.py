@@ -6,6 +6,7 @@ import torch
 
 from gpualloc.kernels.pgd import pgd_step, pgd_step_packed, pgd_step_packed_ref, pgd_step_ref
 from gpualloc.kernels.pgd_cpu import pgd_step_cpu
+from gpualloc.threads import cpu_threads
 
 
 def inputs(G, J, T, seed):
@@ -68,13 +69,26 @@ def test_compiled_steps_give_one_result_whatever_the_threads():
     args = inputs(7, 23, 19, seed=3)
     x, *rest = packed(6, 40, 30, seed=4)
     out = []
-    for n in (1, 2):
-        numba.set_num_threads(n)
-        try:
+    for n in (1, 2):  # one: the serial kernels; two: the threaded ones
+        with cpu_threads("cpu", n):
             dense = pgd_step_cpu(args[0].clone(), *args[1:], smooth=0.7)
             pack = pgd_step_packed(x.clone(), *rest[:-2], rest[-2], 0.7, rest[-1])
-        finally:
-            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
         out.append(dense + pack)
     for a, b in zip(*out):
         assert torch.equal(a, b)
+
+
+def _step_in_child(seed):
+    args = inputs(5, 9, 11, seed=seed)
+    with cpu_threads("cpu", 1):
+        return float(pgd_step_cpu(args[0].clone(), *args[1:], smooth=0.7)[1].sum())
+
+
+def test_a_process_that_relaxed_on_one_thread_can_still_fork():
+    # GNU OpenMP (numba's threading layer here) terminates a child forked
+    # after it started; the one-thread default must not start it.
+    import multiprocessing
+
+    before = _step_in_child(1)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_step_in_child, (1,)).get(timeout=120) == before
