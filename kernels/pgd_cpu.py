@@ -11,12 +11,21 @@ reference serves the others.
 """
 from __future__ import annotations
 
-import types
+import os
+import threading
 
 import numba
 import numpy as np
 import torch
 from numba import njit, prange
+
+# numba's own thread pool (workqueue) rather than GNU OpenMP, unless the user
+# chose: OpenMP terminates a child forked after it started (a multiprocessing
+# pool, a pre-forking server). The workqueue pool is not safe for launches
+# from two Python threads at once: `_run` takes them one at a time.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+_LAUNCH = threading.Lock()
 
 
 # The loops index views from 0 (`range(n)`), never `range(a, b)` over a
@@ -107,31 +116,13 @@ def _packed(x, seg_first, seg_t0, seg_w, mask, gain_col, price, pull, smooth, S,
                 cp[u] += one if r[u] > zero else zero
 
 
-def _serial(kernel):
-    """The same loops compiled without threads (prange runs as range), under a
-    name of their own for numba's cache. One thread (the allocator's default)
-    never starts numba's threading layer: its OpenMP runtime makes a later
-    fork() terminate the child (a multiprocessing pool, a pre-forking
-    server)."""
-    f = kernel.py_func
-    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__,
-                           f.__closure__)
-    g.__qualname__ = f.__qualname__ + "_serial"
-    return njit(cache=True)(g)
-
-
-_SERIAL = {_dense: _serial(_dense), _packed: _serial(_packed)}
-
-
 def _run(kernel, *args) -> None:
     """On torch's thread count (gpualloc.threads.cpu_threads sets it): one sum
-    order either way, so the result is the same."""
-    n = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-    if n <= 1:
-        _SERIAL[kernel](*args)
-        return
-    numba.set_num_threads(n)
-    kernel(*args)
+    order whatever it is, so the result is the same."""
+    with _LAUNCH:
+        numba.set_num_threads(max(1, min(torch.get_num_threads(),
+                                         numba.config.NUMBA_NUM_THREADS)))
+        kernel(*args)
 
 
 def compiled(x: torch.Tensor) -> bool:
