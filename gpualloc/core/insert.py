@@ -58,8 +58,9 @@ def unplace(jobs, ends, busy, busy_gpus, owner, run, start_of, first_of, slack, 
 
 @njit(cache=True)
 def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, first_of, slack,
-                  subset_pools, subset_priority, subset_replica, guarded, gpus, duration, arrival, priority,
-                  job_class, class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):
+                  subset_pools, subset_priority, subset_replica, guarded, gpus, duration,
+                  arrival, priority, job_class, class_ptr, class_blocks, block_pool, gpu_pool,
+                  gpu_node, n_nodes):
     """Each job of `order` not placed yet at its earliest feasible start: from
     not_before[i] first when it is >= 0, else (or failing that) from its
     arrival. Returns how many were placed."""
@@ -99,8 +100,8 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
                 failed_after[c], failed_d[c] = after, d
         if t < 0:
             continue
-        place(j, t, g, k, t + min(d, T - t), busy, busy_gpus, owner, run, start_of, first_of, slack,
-              subset_pools, gpu_pool)
+        place(j, t, g, k, t + min(d, T - t), busy, busy_gpus, owner, run, start_of, first_of,
+              slack, subset_pools, gpu_pool)
         failed_after[:] = T + 1
         placed += 1
     return placed

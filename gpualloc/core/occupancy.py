@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpualloc.core import blocks as kb
+from gpualloc.core.insert import place, unplace
 from gpualloc.core.layout import Layout
 from gpualloc.plan import IDLE
 
@@ -62,6 +63,8 @@ class Occupancy:
         self.closed = np.zeros(lay.J, dtype=np.int64)
         self.progress = np.zeros(lay.J, dtype=np.int64)
         self.adopted = np.zeros(lay.J, dtype=np.bool_)  # running before planning began
+        self._no_slack = np.zeros((0, lay.T), dtype=np.int64)  # no guard to follow
+        self._no_pools = np.zeros((0, lay.P), dtype=np.bool_)
         if cuttable:
             self._adopt_fixed()
 
@@ -122,19 +125,31 @@ class Occupancy:
         """(n,) int64: `restoring(j)` of each of `jobs` (n,)."""
         return np.where(self.closed[jobs] > 0, self.lay.restart_cost[jobs], 0)
 
-    def place(self, j: int, start: int, first: int) -> None:
+    def place(self, j: int, start: int, first: int, slack: np.ndarray | None = None,
+              pools: np.ndarray | None = None) -> None:
+        """Place j's current segment at `start` on GPUs from `first`; a demand
+        guard's `slack` (U, T) and `pools` (U, P) follow when given
+        (gpualloc.core.guard). One compiled call (gpualloc.core.insert.place)."""
         k, end = int(self.lay.gpus[j]), start + self.length(j, start)
-        self.owner[start:end, first:first + k] = j
-        self._mark(start, end, first, k, True)
-        self.start[j], self.first[j] = start, first
+        place(j, start, first, k, end, self.busy, self.busy_gpus, self.owner, self.run,
+              self.start, self.first, self._no_slack if slack is None else slack,
+              self._no_pools if pools is None else pools, self.lay.gpu_pool)
+        self.version += 1
 
-    def remove(self, j: int) -> None:
-        """Undo j's current placement."""
-        start, first = int(self.start[j]), int(self.first[j])
-        k, end = int(self.lay.gpus[j]), start + self.length(j, start)
-        self.owner[start:end, first:first + k] = IDLE
-        self._mark(start, end, first, k, False)
-        self.start[j] = self.first[j] = -1
+    def remove(self, j: int, slack: np.ndarray | None = None,
+               pools: np.ndarray | None = None) -> None:
+        """Undo j's current placement (a guard's slack follows, as in `place`)."""
+        self.remove_all(np.array([j], dtype=np.int64), slack, pools)
+
+    def remove_all(self, jobs: np.ndarray, slack: np.ndarray | None = None,
+                   pools: np.ndarray | None = None) -> None:
+        """`remove` for each of `jobs` (n,) int64, all placed, in one call."""
+        start = self.start[jobs]
+        end = start + np.minimum(self.steps_of(jobs), self.T - start)
+        unplace(jobs, end, self.busy, self.busy_gpus, self.owner, self.run, self.start,
+                self.first, self._no_slack if slack is None else slack,
+                self._no_pools if pools is None else pools, self.lay.gpus, self.lay.gpu_pool)
+        self.version += len(jobs)
 
     def cut(self, j: int, t: int) -> None:
         """Preempt j at t: its current segment ends there (its cells from t

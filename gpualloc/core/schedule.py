@@ -18,7 +18,7 @@ from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, 
 from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find
-from gpualloc.core.insert import insert_serial, place, unplace
+from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.classes import restricted_first, serve, unions
@@ -68,17 +68,10 @@ class Schedule:
         return self.occ.length(j, start)
 
     def place(self, j: int, start: int, first: int) -> None:
-        occ, lay = self.occ, self.lay
-        place(j, start, first, int(lay.gpus[j]), start + self.length(j, start), occ.busy,
-              occ.busy_gpus, occ.owner, occ.run, occ.start, occ.first, self.guard.slack,
-              self.guard.subset_pools, lay.gpu_pool)
-        occ.version += 1
+        self.occ.place(j, start, first, self.guard.slack, self.guard.subset_pools)
 
     def remove(self, j: int) -> None:
-        start, first = int(self.start[j]), int(self.first[j])
-        self.guard.take(int(self.lay.gpu_pool[first]), start, start + self.length(j, start),
-                        -int(self.lay.gpus[j]))
-        self.occ.remove(j)
+        self.occ.remove(j, self.guard.slack, self.guard.subset_pools)
 
     def _runs(self, jobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The placed jobs of `jobs`, their starts and ends."""
@@ -101,11 +94,9 @@ class Schedule:
 
     def remove_all(self, jobs) -> None:
         """`remove` for each placed job of `jobs`."""
-        jobs, _, end = self._runs(jobs)
-        occ, lay = self.occ, self.lay
-        unplace(jobs, end, occ.busy, occ.busy_gpus, occ.owner, occ.run, occ.start, occ.first,
-                self.guard.slack, self.guard.subset_pools, lay.gpus, lay.gpu_pool)
-        occ.version += len(jobs)
+        jobs = np.asarray(jobs, dtype=np.int64)
+        self.occ.remove_all(jobs[self.start[jobs] >= 0], self.guard.slack,
+                            self.guard.subset_pools)
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind
