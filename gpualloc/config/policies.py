@@ -142,9 +142,11 @@ class SolverConfig:
     progress: bool = True
     """Show a progress bar on a terminal (never under CI or in a pipe)."""
     cpu_threads: int = 1
-    """Torch threads for the allocator's CPU work (0: leave torch's setting).
-    One by default: its tensors are small, and on shared cores more threads
-    make it slower, not faster."""
+    """Threads for the allocator's CPU work: torch's, which the compiled
+    relaxation follows (0: leave torch's setting). The same plan on any
+    count. One by default: on shared cores more threads make it slower
+    (measured: docs/results.md); on free cores two relax 1.7x faster at
+    1,024 GPUs."""
     memory_budget_gb: Optional[float] = None
     """GiB the run may use (the memory guard, gpualloc.policies.allocator.memory); null: 90% of
     the device's free memory. Above it, a run stops with a clear message."""
