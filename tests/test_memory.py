@@ -52,9 +52,11 @@ def test_estimates_bound_the_measured_peak():
         if row["peak"] is None:
             pytest.skip("this kernel refuses to reset the peak RSS")
         assert row["estimate"] >= row["peak"], row
-    # The relaxation's grid is what the estimate is about: it must see it
-    # (8.6e6 cells x 4 bytes at least for the float32 grid of the second case).
-    assert rows[1]["peak"] >= 128 * 400 * 168 * 4
+    # The relaxation's grid is what the estimate is about: the peak must see
+    # it (8.6e6 cells x 4 bytes for the float32 grid of the second case, the
+    # compiled step's only array of that size; pages freed by the case before
+    # may be reused, so most of it, not all).
+    assert rows[1]["peak"] >= 0.75 * 128 * 400 * 168 * 4
 
 
 @linux_peak
