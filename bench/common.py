@@ -105,6 +105,10 @@ def write_results(out: Path, stem: str, result: dict, md: str) -> None:
     print(md)
 
 
+def cell(v, spec: str) -> str:
+    """A table cell: `v` formatted by `spec`, or - when it is missing."""
+    return "-" if v is None else format(v, spec)
+
 
 def run_child(module: str, spec: dict, timeout: float, base: dict) -> dict:
     """`python -m MODULE --child SPEC` in a fresh process (its own peak memory,

@@ -28,8 +28,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import ROOT, git_commit, machine, run_child
-from bench.speed import _f
+from bench.common import ROOT, cell, git_commit, machine, run_child
 
 KINDS = ["allocator full", "allocator light", "greedy"]
 
@@ -128,11 +127,11 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {r['G']} x {r['J']} x {r['T']} | {r.get('tau', '-')} | "
             f"{r.get('view_J', '-')} x {r.get('view_T', '-')} | {r['kind']} | "
-            f"{r.get('status', '?')[:50]} | {_f(r.get('wall_s'), '.2f')} | "
-            f"{_f(r['peak_bytes'] / 2**30 if r.get('peak_bytes') is not None else None, '.2f')} | "
-            f"{_f(r.get('relax_s'), '.1f')} | {_f(r.get('repair_s'), '.1f')} | "
-            f"{_f(r.get('search_s'), '.1f')} ({_f(r.get('moves'), 'd')}) | "
-            f"{r.get('rounding') or '-'} | {_f(r.get('value'), ',.0f')} | {_f(vs, '.4f')} |")
+            f"{r.get('status', '?')[:50]} | {cell(r.get('wall_s'), '.2f')} | "
+            f"{cell(None if r.get('peak_bytes') is None else r['peak_bytes'] / 2**30, '.2f')} | "
+            f"{cell(r.get('relax_s'), '.1f')} | {cell(r.get('repair_s'), '.1f')} | "
+            f"{cell(r.get('search_s'), '.1f')} ({cell(r.get('moves'), 'd')}) | "
+            f"{r.get('rounding') or '-'} | {cell(r.get('value'), ',.0f')} | {cell(vs, '.4f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -171,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(args.out / f"{args.name}.json", json.dumps(report, indent=1))
             atomic_write_text(args.out / f"{args.name}.md", markdown(report))
             print(f"{G} x {J} x {T}  {kind:<16} {row.get('status', '?')[:40]:<10} "
-                  f"wall {_f(row.get('wall_s'), '.2f')} s", flush=True)
+                  f"wall {cell(row.get('wall_s'), '.2f')} s", flush=True)
     print(f"wrote {args.out / args.name}.md and .json")
     return 0
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, git_commit, machine, run_child
+from bench.common import ROOT, cell, git_commit, machine, run_child
 
 # (G, J, T). The first rung is `mixed` itself (64 GPUs, 244 jobs, a week).
 CPU_LADDER = [(32, 122, 96), (64, 244, 168), (128, 500, 168), (256, 1000, 168),
@@ -278,9 +278,6 @@ def add_quality(rows: list[dict]) -> None:
                 r[f"vs_{other}"] = r["weighted_throughput"] / o["weighted_throughput"]
 
 
-def _f(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
 
 def _ms(v) -> str:
     return "-" if v is None else f"{1e3 * v:.2f}"
@@ -316,15 +313,16 @@ def markdown(report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(
-            f"| {r['G']} x {r['J']} x {r['T']} | {_f(r.get('cells'), '.3g')} | "
-            f"{_f(r.get('offered_load'), '.2f')} | {r['policy']} | "
+            f"| {r['G']} x {r['J']} x {r['T']} | {cell(r.get('cells'), '.3g')} | "
+            f"{cell(r.get('offered_load'), '.2f')} | {r['policy']} | "
             f"{r.get('representation') or '-'} | {r.get('status', '?')[:60]} | "
-            f"{_f(r.get('wall_s'), '.2f')} | {_gib(r.get('peak_bytes'))} | "
-            f"{_gib(r.get('estimate_bytes'))} | {_f(r.get('iters_per_s'), '.2f')} | "
-            f"{_f(r.get('relax_s'), '.1f')} | {_f(r.get('repair_s'), '.1f')} | "
-            f"{_f(r.get('local_search_s'), '.1f')} | {_f(r.get('weighted_throughput'), ',.0f')} | "
-            f"{_f(r.get('vs_greedy'), '.3f')} | {_f(r.get('vs_fifo'), '.3f')} | "
-            f"{_f(r.get('vs_bound'), '.4f')} |")
+            f"{cell(r.get('wall_s'), '.2f')} | {_gib(r.get('peak_bytes'))} | "
+            f"{_gib(r.get('estimate_bytes'))} | {cell(r.get('iters_per_s'), '.2f')} | "
+            f"{cell(r.get('relax_s'), '.1f')} | {cell(r.get('repair_s'), '.1f')} | "
+            f"{cell(r.get('local_search_s'), '.1f')} | "
+            f"{cell(r.get('weighted_throughput'), ',.0f')} | "
+            f"{cell(r.get('vs_greedy'), '.3f')} | {cell(r.get('vs_fifo'), '.3f')} | "
+            f"{cell(r.get('vs_bound'), '.4f')} |")
     cuda = [r for r in report["rows"] if "floor_step_s" in r]
     if cuda:
         lines += ["", "## The allocator's step against the memory-traffic floor", "",
@@ -336,10 +334,10 @@ def markdown(report: dict) -> str:
                 f"| {r['G']} x {r['J']} x {r['T']} | {r['copy_bandwidth_gbs']:.0f} | "
                 f"{1e3 * r['floor_step_s']:.2f} | {1e3 * r['kernel_step_s']:.2f} | "
                 f"{r['kernel_vs_floor']:.2f} | {_ms(r.get('relax_iter_s'))} | "
-                f"{_f(r.get('relax_iter_vs_floor'), '.2f')} |")
+                f"{cell(r.get('relax_iter_vs_floor'), '.2f')} |")
     lines += ["", "## Time against G x J x T", ""]
     for policy, k in report["exponents"].items():
-        lines.append(f"- {policy}: time ~ (G x J x T)^{_f(k, '.2f')}")
+        lines.append(f"- {policy}: time ~ (G x J x T)^{cell(k, '.2f')}")
     if report.get("missing"):
         lines += ["", f"Not run: {report['missing']}"]
     return "\n".join(line for line in lines if line is not None) + "\n"
@@ -446,11 +444,11 @@ def main(argv: list[str] | None = None) -> int:
             report["rows"].append(row)
             _write(report, args, policies)  # after every run: a killed ladder keeps its rows
             print(f"{G:>5} x {J:>5} x {T:>3}  {policy:<9}  {row.get('status', '?')[:70]:<20}  "
-                  f"wall {_f(row.get('wall_s'), '8.2f')} s  peak {_gib(row.get('peak_bytes'))} "
+                  f"wall {cell(row.get('wall_s'), '8.2f')} s  peak {_gib(row.get('peak_bytes'))} "
                   f"GiB  est {_gib(row.get('estimate_bytes'))} GiB", flush=True)
     _write(report, args, policies)
     for policy, k in report["exponents"].items():
-        print(f"{policy}: time ~ (G x J x T)^{_f(k, '.2f')}")
+        print(f"{policy}: time ~ (G x J x T)^{cell(k, '.2f')}")
     print(f"wrote {args.out / (report['stem'] + '.md')} and .json")
     return 0
 

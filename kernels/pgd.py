@@ -196,9 +196,7 @@ def pgd_step_packed(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, 
     """Dispatch: the compiled CPU step on a float32 CPU grid
     (gpualloc.kernels.pgd_cpu), the torch reference elsewhere."""
     if compiled(x):
-        pull = torch.zeros(x.shape[1], dtype=x.dtype).index_add_(
-            0, edges, torch.ones(len(edges), dtype=x.dtype))
-        return pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, pull,
+        return pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges,
                                    smooth, J)
     return pgd_step_packed_ref(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges, smooth,
                                J, work)

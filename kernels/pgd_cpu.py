@@ -1,5 +1,5 @@
 """The projected-gradient step (gpualloc.kernels.pgd) compiled for the CPU:
-the same function as `pgd_step_ref` and `pgd_step_packed`, in two sweeps of
+the same function as `pgd_step_ref` and `pgd_step_packed_ref`, in two sweeps of
 the grid instead of a dozen torch passes over it.
 
 Sweep 1, GPU rows in parallel: each cell's new value (from the old values of
@@ -137,16 +137,16 @@ def pgd_step_cpu(x, compat, arrival, free, gain, price, rigid, smooth: float):
     S, N = np.zeros((G, T), f32), np.zeros((G, T), f32)
     C, M = np.zeros((J, T), f32), np.zeros((J, T), f32)
     _run(_dense, x.numpy(), compat.numpy(), arrival.numpy(), free.numpy(),
-           gain.float().contiguous().numpy(), price.float().contiguous().numpy(),
-           rigid.numpy().astype(f32), f32(smooth), S, N, C, M)
+         gain.float().contiguous().numpy(), price.float().contiguous().numpy(),
+         rigid.numpy().astype(f32), f32(smooth), S, N, C, M)
     C, M = torch.from_numpy(C), torch.from_numpy(M)
     return x, torch.from_numpy(S), torch.from_numpy(N), C, M, C.sum(1), M.sum(1)
 
 
-def pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, is_edge,
+def pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, edges,
                         smooth: float, J: int):
-    """`pgd_step_packed` on a float32 CPU grid; `is_edge` (L,) float32 marks
-    the columns in `edges`."""
+    """`pgd_step_packed_ref` on a float32 CPU grid (the same arguments, no
+    work buffers)."""
     G, L = x.shape
     T = price.shape[1]
     f32 = np.float32
@@ -157,10 +157,12 @@ def pgd_step_packed_cpu(x, cols_job, cols_t, mask, gain, price, smooth_cols, is_
     first = np.concatenate([[0], np.flatnonzero(job[1:] != job[:-1]) + 1, [L]] if L else [[0]])
     first = first.astype(np.int64)
     inner = np.concatenate([smooth_cols.numpy(), np.zeros(1, f32)])  # (L,) weight to the next
+    # Per column, how many of its time neighbours lie outside the window (a
+    # one-column window may have two): each pulls it toward zero.
+    pull = np.bincount(edges.numpy(), minlength=L).astype(f32)
     _run(_packed, x.numpy(), first, cols_t.numpy()[first[:-1]], f32(smooth) * inner[first[:-1]],
-            mask.numpy(), gain.float()[cols_job, cols_t].numpy(),
-            price.float().contiguous().numpy(), is_edge.numpy(), f32(smooth), S, N, col_sum,
-            col_pos)
+         mask.numpy(), gain.float()[cols_job, cols_t].numpy(),
+         price.float().contiguous().numpy(), pull, f32(smooth), S, N, col_sum, col_pos)
     flat = cols_job * T + cols_t
     C = torch.zeros(J * T).index_add_(0, flat, torch.from_numpy(col_sum)).view(J, T)
     M = torch.zeros(J * T).index_add_(0, flat, torch.from_numpy(col_pos)).view(J, T)
