@@ -280,7 +280,8 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
 @pytest.mark.parametrize("moves, full_every", [(0, None), (40, None), (40, 4)])
 def test_each_replan_gets_the_online_search_settings(moves, full_every):
     # online.search_moves caps the first walk, online.anneal_moves sets the
-    # second (offline settings do not leak into the replans).
+    # second, online.relax_iterations the relaxation's steps (offline settings
+    # do not leak into the replans).
     from gpualloc.config import SolverConfig
     from gpualloc.policies.allocator import allocator
 
@@ -288,7 +289,7 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every):
 
     def spy(view, c, device="cpu"):
         seen.append((c.solver.rounding, c.solver.local_search_iters,
-                     c.solver.local_search_anneal_iters))
+                     c.solver.local_search_anneal_iters, c.solver.iterations))
         plan = allocator(view, c.solver, device, rivals=rivals())
         # (An ideal replan, returned at once, walks neither.)
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0
@@ -302,14 +303,14 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every):
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
                   "gpus": 2, "duration": 3} for i in range(4)]})
     c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20,
-            full_every=full_every)
+            full_every=full_every, relax_iterations=3)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)
     assert check(s, plan.owner).ok
     # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there,
     # and at a periodic replan sooner than full_every steps after a full one.
-    full, light = ("best", 30, moves), ("priority", 20, 0)
+    full, light = ("best", 30, moves, 3), ("priority", 20, 0, 3)
     if full_every is None:
         assert seen == [full, light] * 2 + [full] * 2
     else:

@@ -73,6 +73,12 @@ class OnlineConfig:
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
     kept only until the next one."""
+    relax_iterations: int = 30
+    """The allocator's relaxation steps per full replan, at most
+    (solver.iterations when lower; offline it runs solver.iterations, 60).
+    The relaxation is the bulk of a full replan on a large view; 30 steps
+    were as good as 60 on tuning seeds 3-14 (bench/results/online_relax30.md)
+    and halve it."""
     fill_between: bool = True
     """Between replans, start rigid jobs (not preemptible) that arrived since the last one at
     the first step a block is free for their whole run (in the executed plan
@@ -106,6 +112,7 @@ class OnlineConfig:
         r = Rules(self, at)
         r.number("discount", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
+        r.number("relax_iterations", "[0, inf)", integer=True)
         r.number("anneal_moves", "[0, inf)", integer=True)
         r.one_of("arrivals", ARRIVALS)
         r.one_of("replan_on_arrival", ARRIVAL_REPLANS)
