@@ -76,9 +76,10 @@ class OnlineConfig:
     relax_iterations: int = 30
     """The allocator's relaxation steps per full replan, at most
     (solver.iterations when lower; offline it runs solver.iterations, 60).
-    The relaxation is the bulk of a full replan on a large view; 30 steps
-    were as good as 60 on tuning seeds 3-14 (bench/results/online_relax30.md)
-    and halve it."""
+    The relaxation is the bulk of a full replan on a large view: 30 steps
+    halve it, and on tuning seeds 3-14 of the six contended scenarios gave
+    x1.0002 the value of 60 replanning every 6 steps, x0.9994 every step
+    (bench/results/online_relax30_every6.md, _every1.md)."""
     fill_between: bool = True
     """Between replans, start rigid jobs (not preemptible) that arrived since the last one at
     the first step a block is free for their whole run (in the executed plan
