@@ -134,3 +134,20 @@ def test_batched_arrivals_move_rigid_jobs_only_and_plans_stay_feasible():
     assert check(s, plan.owner).ok
     starts = [int((plan.owner == j).any(0).nonzero()[0]) for j in range(3)]
     assert starts[1] >= 6 and starts[2] >= 12
+
+
+def test_online_settings_table_compares_each_setting_with_the_first():
+    from bench.online_settings import markdown, parse_setting
+
+    assert parse_setting("base=") == ("base", [])
+    assert parse_setting("r30=online.relax_iterations=30,seed=2") == (
+        "r30", ["online.relax_iterations=30", "seed=2"])
+    rows = [{"case": "mixed", "seed": seed, "replan_every": 6, "setting": name,
+             "wall_s": wall, "weighted_throughput": value}
+            for name, seed, value, wall in [("base", 0, 100.0, 2.0), ("base", 1, 200.0, 2.0),
+                                            ("r30", 0, 90.0, 1.0), ("r30", 1, 230.0, 1.0)]]
+    md = markdown({"machine": {"cpu": "x", "cores": 2, "commit": "c"}, "command": "cmd",
+                   "policy": "allocator", "rows": rows,
+                   "settings": [("base", []), ("r30", ["online.relax_iterations=30"])]})
+    assert "| mixed | 6 | 0-1 | 300 | 0/0 | 4.0 | 320 (x1.0667) | 1/1 | 2.0 (x0.50) |" in md
+    assert "`r30` value x1.0667, below/above on 1/1 runs, wall x0.50." in md
