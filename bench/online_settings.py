@@ -21,11 +21,8 @@ import time
 from types import SimpleNamespace
 
 from bench.common import git_commit, machine
-from bench.online_traces import WINDOWS, cases, load_avg, warm_up
+from bench.online_traces import CONTENDED, WINDOWS, cases, load_avg, warm_up
 from gpualloc.files import atomic_write_text
-
-CONTENDED = ["mixed", "training_heavy", "heterogeneous", "batch_flood", "quantization_burst",
-             "inference_diurnal"]
 
 
 def parse_setting(text: str) -> tuple[str, list[str]]:
@@ -85,8 +82,8 @@ def markdown(result: dict) -> str:
             v_ref = sum(b["weighted_throughput"] for _, b in runs if b)
             w = sum(r["wall_s"] for r, _ in runs)
             w_ref = sum(b["wall_s"] for _, b in runs if b)
-            below = sum(1 for r, b in runs if b and r["weighted_throughput"] < b["weighted_throughput"] - 1e-6)
-            above = sum(1 for r, b in runs if b and r["weighted_throughput"] > b["weighted_throughput"] + 1e-6)
+            gaps = [r["weighted_throughput"] - b["weighted_throughput"] for r, b in runs if b]
+            below, above = sum(g < -1e-6 for g in gaps), sum(g > 1e-6 for g in gaps)
             t = totals[n]
             t[0], t[1], t[2], t[3] = t[0] + v, t[1] + w, t[2] + below, t[3] + above
             rel = "" if n == ref or not v_ref else f" (x{v / v_ref:.4f})"

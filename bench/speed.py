@@ -278,7 +278,6 @@ def add_quality(rows: list[dict]) -> None:
                 r[f"vs_{other}"] = r["weighted_throughput"] / o["weighted_throughput"]
 
 
-
 def _ms(v) -> str:
     return "-" if v is None else f"{1e3 * v:.2f}"
 
