@@ -343,3 +343,52 @@ def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
         one = np.zeros(P, dtype=np.bool_)
         _short_from(slack, pools, k, t, d, one)
         assert (one == table[:, t]).all()
+
+
+@given(scenarios(max_jobs=8), st.data())
+@settings(max_examples=60, deadline=None)
+def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s, data):
+    """Packed by priority, the footprint re-packs a column from the first
+    service that used a GPU taken from it (issue 26): its service, cells and
+    holders, and its re-pack prices (`loss`), equal those of packing every
+    column afresh."""
+    from gpualloc.core import service_order, still_wanted
+    from gpualloc.core.footprint import Footprint
+
+    lay = layout(s)
+    elastic = service_order(s)
+    rigid = [j for j in range(s.J) if lay.rigid[j] and not lay.unplaceable[j]]
+    if not elastic or not rigid:
+        return
+    need = still_wanted(s, None)
+    hard = Occupancy(lay, None)
+    foot = Footprint(lay, hard, elastic, need, type_aware=False)
+    w = (lay.priority[elastic] * lay.gpus[elastic]).astype(np.float64)
+
+    def full(busy):
+        free = ~busy
+        owner = np.full(busy.shape, -1, dtype=np.int64)
+        served = fill_elastic(lay, free, owner, elastic, need[elastic], high=True)
+        return served, owner
+
+    for _ in range(data.draw(st.integers(1, 5))):
+        foot.refresh(0)
+        served, owner = full(hard.busy)
+        assert (foot.served == served).all()
+        assert (foot.fp == (owner >= 0)).all()
+        assert (np.array(elastic + [-1])[foot.holder] == owner).all()  # holder: a position
+        j = data.draw(st.sampled_from(rigid))
+        t, free = hard.earliest(j, data.draw(st.integers(0, s.T - 1)))
+        if free is None:
+            break
+        cand = lay.blocks(j)[free]
+        k, end = int(lay.gpus[j]), t + hard.length(j, t)
+        base = w @ served[:, t:end]
+        for g, lost in zip(cand.tolist(), foot.loss(t, end, k, cand).tolist()):
+            busy = hard.busy.copy()
+            busy[t:end, g:g + k] = True
+            assert lost == pytest.approx(max(float((base - w @ full(busy)[0][:, t:end]).sum()),
+                                             0.0), abs=1e-9)
+        g = int(cand[data.draw(st.integers(0, len(cand) - 1))])
+        hard.place(j, t, g)
+        foot.placed(t, end, g, k)

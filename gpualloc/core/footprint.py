@@ -13,7 +13,10 @@ order of service (priority). In plain priority order, services that run
 anywhere land on the last pool, a lower-priority service confined to it then
 looks unservable, and rigid jobs take its only GPUs at an estimated loss of
 0 (issue 25). Re-packed lazily: columns go stale
-when hard cells change where the footprint lies.
+when hard cells change where the footprint lies. Packed by priority only,
+a re-pack starts at the first service that used a GPU taken from it: those
+before it pack as they did (a service's packing is unchanged by losing GPUs
+it did not use), which the footprint keeps (`holder`) to skip them.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from gpualloc.core import blocks as kb
 from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.core.layout import Layout
 from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.pack import fill
 
 
 class Footprint:
@@ -42,6 +46,12 @@ class Footprint:
         self.fp = np.zeros((T, G), dtype=np.bool_)  # (T, G) cells the footprint holds
         self.served = np.zeros((len(elastic), T), dtype=np.int64)  # (E, T) replicas packed
         self.gpus = lay.gpus[self.el]  # (E,)
+        E = len(elastic)
+        # By priority only: the position (in the packing order) of the service
+        # holding each footprint cell (E: none), and per stale column the first service its re-pack redoes.
+        self.holder = np.full((T, G), E, dtype=np.int32) if self.subsets is None else None
+        self.positions = np.arange(E, dtype=np.int64)
+        self.redo = np.zeros(T, dtype=np.int64)  # (T,)
         self.used = np.zeros(T, dtype=np.int64)  # (T,) GPUs the packed replicas hold per step
         self.version = 0  # counts the changes of `run`, as Occupancy.version
         self.avoid = hard.busy.copy()  # (T, G) hard | footprint
@@ -51,9 +61,11 @@ class Footprint:
         self.repacks = 0  # re-packs `loss` has done
 
     def touch(self, lo: int, hi: int, columns: np.ndarray | None = None) -> None:
-        """Columns [lo, hi) are stale (those of them marked in `columns`, when given)."""
+        """Columns [lo, hi) are stale (those of them marked in `columns`, when
+        given: the caller sets what they redo; else all of it)."""
         if columns is None:
             self.stale[lo:hi] = True
+            self.redo[lo:hi] = 0
         else:
             self.stale[lo:hi] |= columns
         if self.subsets is not None:  # by class: every column between stale ones re-packs
@@ -77,9 +89,15 @@ class Footprint:
         only the columns it meets go stale (issue 26: a re-pack is the costly
         part at thousands of GPUs). By class, Hall's counts see every free
         GPU: the whole run does."""
-        meets = self.fp[start:end, first:first + k].any(1)  # (L,)
-        if meets.any():
-            self.touch(start, end, meets if self.subsets is None else None)
+        if self.holder is None:
+            if self.fp[start:end, first:first + k].any():
+                self.touch(start, end)
+        else:
+            users = self.holder[start:end, first:first + k].min(1)  # (L,) first service on it
+            meets = users < len(self.elastic)
+            if meets.any():
+                np.minimum(self.redo[start:end], users, out=self.redo[start:end])
+                self.touch(start, end, meets)
         self.changed(start, end, first, k)
 
     def refresh(self, t: int) -> None:
@@ -88,13 +106,18 @@ class Footprint:
         if not self.any_stale:
             return
         cols = t + np.nonzero(self.stale[t:])[0]  # (C,) ascending
+        redo = self.redo[cols]  # (C,)
         self.stale[:] = False
+        self.redo[:] = len(self.elastic)
         self.any_stale = False
         if not len(cols):
             return
         if self.elastic and self.demand_aware:
             free = ~self.hard.busy[cols]  # (C, G)
-            self.served[:, cols] = self.pack(free, cols)
+            if self.holder is None:
+                self.served[:, cols] = self.pack(free, cols)
+            else:
+                self.served[:, cols], self.holder[cols] = self.repack(free, cols, redo)
             self.used[cols] = self.gpus @ self.served[:, cols]
             self.fp[cols] = ~self.hard.busy[cols] & ~free
         self.avoid[cols] = self.hard.busy[cols] | self.fp[cols]
@@ -108,6 +131,25 @@ class Footprint:
         need = self.need[self.el[:, None], cols[None, :]]  # (E, C)
         return serve(self.lay, free, None, self.elastic, need, True, self.subsets, self.order)
 
+    def repack(self, free: np.ndarray, cols: np.ndarray, redo: np.ndarray):
+        """Packed by priority only: ((E, C) served, (C, G) holder) when the
+        columns `cols` (C,) are re-packed into `free` (C, G), which is
+        updated, from the service at position redo[c] on; those before it keep
+        their GPUs (none of which `free` may have lost)."""
+        E = len(self.elastic)
+        holder = self.holder[cols]  # (C, G)
+        kept = holder < redo[:, None]  # cells of the services before
+        free &= ~kept
+        holder[~kept] = E
+        lay, el = self.lay, self.el
+        new = np.zeros((E, len(cols)), dtype=np.int64)
+        # Labelled by position: the fill writes the holder directly.
+        fill(free, holder, self.positions, self.need[el[:, None], cols[None, :]], self.gpus,
+             lay.pool_ok[el], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
+             lay.pool_nodes, True, new, lay.gpu_node, redo)
+        before = np.arange(E)[:, None] < redo[None, :]  # (E, C)
+        return np.where(before, self.served[:, cols], new), holder
+
     def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over [t, end)
         if a block of k GPUs at each first GPU of cand turns hard, the demand
@@ -120,14 +162,20 @@ class Footprint:
         for i, g in enumerate(cand.tolist()):
             # Packed by priority only, the columns where the footprint does not
             # use the block pack as they are (see placed): only the others are
-            # re-packed; the sum below is over the same (E, L) grid either way.
-            cols = (t + np.nonzero(self.fp[t:end, g:g + k].any(1))[0] if self.subsets is None
-                    else every)  # (C,)
+            # re-packed, from the first service on the block; the sum below is
+            # over the same (E, L) grid either way.
             served = self.served[:, t:end].copy()  # (E, L)
-            if len(cols):
-                free = ~self.hard.busy[cols]  # (C, G)
+            if self.holder is None:
+                free = ~self.hard.busy[every]  # (L, G)
                 free[:, g:g + k] = False
-                served[:, cols - t] = self.pack(free, cols)
+                served[:] = self.pack(free, every)
+            else:
+                users = self.holder[t:end, g:g + k].min(1)  # (L,)
+                at = np.nonzero(users < len(self.elastic))[0]  # (C,)
+                if len(at):
+                    free = ~self.hard.busy[t + at]  # (C, G)
+                    free[:, g:g + k] = False
+                    served[:, at] = self.repack(free, t + at, users[at])[0]
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
         return out
 

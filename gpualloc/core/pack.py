@@ -114,10 +114,11 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
 
 @njit(cache=True)
 def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool, pool_gpn,
-         pool_nodes, high, served, gpu_node):
+         pool_nodes, high, served, gpu_node, first):
     """Serve `jobs` (E,) in order in every column of `free` (C, G): job
     jobs[i] up to need[i, c] replicas of gpus[i] GPUs on pools pool_ok[i]
-    (E, P). Writes owner[c, g] = jobs[i] where jobs[i] >= 0 and served[i, c]."""
+    (E, P), from jobs[first[c]] on (those before are left as they are).
+    Writes owner[c, g] = jobs[i] where jobs[i] >= 0 and served[i, c]."""
     C, G = free.shape
     N = node_first.shape[0]
     node_free = np.zeros(N, dtype=np.int64)
@@ -131,18 +132,19 @@ def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool
         skip[0], skip[N + 1] = 0, N + 1
         for x in range(N):
             skip[x + 1] = x + 1 if node_free[x] > 0 else x + 1 + step
-        for i in range(jobs.shape[0]):
+        for i in range(first[c], jobs.shape[0]):
             served[i, c] = pack_column(free, c, owner, jobs[i], gpus[i], need[i, c], pool_ok[i],
                                        node_first, node_end, node_pool, pool_gpn, pool_nodes,
                                        high, gpu_node, node_free, skip)
 
 
 def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np.ndarray,
-                 high: bool = False) -> np.ndarray:
+                 high: bool = False, first: np.ndarray | None = None) -> np.ndarray:
     """Elastic fill of `jobs` (scenario indices, in service order) into the
     free GPUs of every column of `free` (C, G) bool, which is updated; need:
     (E, C) replicas wanted. Writes the job index into `owner` (C, G) when
-    given. Returns served (E, C) int64."""
+    given. With `first` (C,): column c serves jobs[first[c]:] only (rows
+    before are 0). Returns served (E, C) int64."""
     jobs = np.asarray(jobs, dtype=np.int64)
     served = np.zeros((len(jobs), free.shape[0]), dtype=np.int64)
     if len(jobs) == 0 or free.shape[0] == 0:
@@ -152,7 +154,9 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
         owner = _NO_OWNER
     fill(free, owner, labels, np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs],
          lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
-         lay.pool_nodes, high, served, lay.gpu_node)
+         lay.pool_nodes, high, served, lay.gpu_node,
+         np.zeros(free.shape[0], dtype=np.int64) if first is None
+         else np.ascontiguousarray(first, dtype=np.int64))
     return served
 
 

@@ -521,18 +521,45 @@ class _Greedy:
 
         # Once a reservation is held, a job with no free block at the pass's
         # start (in either grid, which only fill) and nothing to preempt
-        # cannot start: those are passed over without a call each (issue 28).
+        # cannot start; once the pass's re-pack checks are spent, only one
+        # with a block free beside the footprint can. The others are passed
+        # over without a call each (issues 26, 28).
         may = None if self.preempt else [i for i, j in enumerate(waiting)
                                          if maybe[j] or maybe_hard[j]]
+        may_beside = [i for i, j in enumerate(waiting) if maybe[j]]
 
         def tries():
             for i, j in enumerate(waiting):
                 if held and may is not None:
-                    yield from (waiting[x] for x in may[bisect_left(may, i):])
-                    if foot.any_stale:  # as the first job passed over would have
-                        foot.refresh(t)
-                    return
+                    break
                 yield j
+            else:
+                return
+            for x in may[bisect_left(may, i):]:
+                if foot.repacks - repacks_before >= self.cfg.repack_jobs:
+                    yield from beside_only(may_beside[bisect_left(may_beside, x):])
+                    break
+                yield waiting[x]
+            if foot.any_stale:  # as the first job passed over would have
+                foot.refresh(t)
+
+        def beside_only(rest: list[int]):
+            """The jobs waiting[rest] that beside() lets start, in order: with
+            the grids unchanged between starts, one comparison per pick."""
+            rest = np.array(rest, dtype=np.int64)
+            need, of = lengths[rest], at[rest]  # (R,) steps, class index
+            p = 0
+            while p < len(rest):
+                if foot.any_stale:
+                    foot.refresh(t)
+                room = np.array([self.longest_of(int(c), size[r], t, True)
+                                 for c, r in zip(classes.tolist(), reps)], dtype=np.int64)
+                hit = np.flatnonzero(need[p:] <= room[of[p:]])
+                if not len(hit):
+                    return
+                p += int(hit[0])
+                yield waiting[int(rest[p])]
+                p += 1
 
         started = set(easy_pass(tries(), start, reserve, held=held))
         if started:
@@ -552,16 +579,13 @@ class _Greedy:
         serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
                         lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class,
                         lay.gpu_node, lay.node_first, lay.node_end, picks, n_picks)
-        fit_value = 0.0
-        for i in range(len(self.el)):
-            fit_value += float(self.el_weight[i]) * int(n_picks[i])
+        # Summed in order (cumsum is sequential): the plain loop's floats.
+        fit_value = float(np.cumsum(self.el_weight * n_picks)[-1])
         # The footprint's highest-first packing at t, if it serves more.
         free = ~busy_t[None, :]  # (1, G)
         packed = self.owner[t:t + 1].copy()
         served = fill_elastic(lay, free, packed, self.elastic, need[:, None], high=True)
-        pack_value = 0.0
-        for i in range(len(self.el)):
-            pack_value += float(self.el_weight[i]) * int(served[i, 0])
+        pack_value = float(np.cumsum(self.el_weight * served[:, 0])[-1])
         if pack_value > fit_value:
             self.owner[t] = packed[0]
             return
