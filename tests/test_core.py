@@ -346,12 +346,12 @@ def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
 
 
 @given(scenarios(max_jobs=8), st.data())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s, data):
     """Packed by priority, the footprint re-packs a column from the first
-    service that used a GPU taken from it (issue 26): its service, cells and
-    holders, and its re-pack prices (`loss`), equal those of packing every
-    column afresh."""
+    service that used a GPU taken from it, or whose scan reached a GPU freed
+    (issue 26): its service, cells and holders, and its re-pack prices
+    (`loss`), equal those of packing every column afresh."""
     from gpualloc.core import service_order, still_wanted
     from gpualloc.core.footprint import Footprint
 
@@ -371,7 +371,7 @@ def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s,
         served = fill_elastic(lay, free, owner, elastic, need[elastic], high=True)
         return served, owner
 
-    for _ in range(data.draw(st.integers(1, 5))):
+    for _ in range(data.draw(st.integers(1, 8))):
         foot.refresh(0)
         served, owner = full(hard.busy)
         assert (foot.served == served).all()
@@ -390,5 +390,12 @@ def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s,
             assert lost == pytest.approx(max(float((base - w @ full(busy)[0][:, t:end]).sum()),
                                              0.0), abs=1e-9)
         g = int(cand[data.draw(st.integers(0, len(cand) - 1))])
-        hard.place(j, t, g)
+        if data.draw(st.booleans()):
+            hard.place(j, t, g)
+        elif hard.held is None:  # a reservation, released at a later step
+            hard.hold(t, end, g, k)
+        else:
+            start, stop, first, kh = hard.release()
+            foot.freed(start, stop, first, kh)
+            continue
         foot.placed(t, end, g, k)

@@ -21,6 +21,7 @@ it did not use), which the footprint keeps (`holder`) to skip them.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from gpualloc.core import blocks as kb
 from gpualloc.core.classes import restricted_first, serve, unions
@@ -82,6 +83,27 @@ class Footprint:
         self.avoid[start:end, rows] = self.hard.busy[start:end, rows] | self.fp[start:end, rows]
         kb.update_runs(self.avoid, self.run, first, first + k, end)
         self.version += 1
+
+    def freed(self, start: int, end: int, first: int, k: int) -> None:
+        """Hard cells of a block were freed (a released reservation, an
+        eviction). Packed by priority only, a service fully served before its
+        scan (highest GPU first) reaches the block's top node, or one that
+        cannot use its pool, packs as before, and so do the ones before it:
+        a column re-packs from the first other service."""
+        if self.holder is None or not self.elastic:
+            self.touch(start, end)
+        else:
+            lay, cols = self.lay, np.arange(start, end)
+            need = self.need[self.el[:, None], cols[None, :]]  # (E, L)
+            users = np.empty(end - start, dtype=np.int64)  # (L,)
+            _first_reaching(self.holder[start:end], self.served[:, start:end], need,
+                            lay.pool_ok[self.el, lay.gpu_pool[first]], lay.gpu_node,
+                            int(lay.gpu_node[first + k - 1]), users)
+            meets = users < len(self.elastic)
+            if meets.any():
+                np.minimum(self.redo[start:end], users, out=self.redo[start:end])
+                self.touch(start, end, meets)
+        self.changed(start, end, first, k)
 
     def placed(self, start: int, end: int, first: int, k: int) -> None:
         """A block became hard (a start, a reservation). Packed by priority
@@ -178,6 +200,31 @@ class Footprint:
                     served[:, at] = self.repack(free, t + at, users[at])[0]
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
         return out
+
+
+@njit(cache=True)
+def _first_reaching(holder, served, need, may_use, gpu_node, top, out):
+    """Per column c of holder (L, G) (service positions, E: none): the first
+    service that may use the block's pool (may_use (E,)), wants replicas
+    (need (E, L)) and either is short (served < need) or took a GPU on a
+    node at or below `top` (its scan reached the block's top node); E if
+    none. out: (L,)."""
+    L, G = holder.shape
+    E = may_use.shape[0]
+    low = np.empty(E, dtype=np.int64)  # each service's lowest GPU taken
+    for c in range(L):
+        low[:] = G
+        for g in range(G):
+            h = holder[c, g]
+            if h < E and low[h] == G:
+                low[h] = g
+        out[c] = E
+        for e in range(E):
+            if not may_use[e] or need[e, c] == 0:
+                continue
+            if served[e, c] < need[e, c] or gpu_node[low[e]] <= top:
+                out[c] = e
+                break
 
 
 EPS = 1e-9

@@ -404,8 +404,7 @@ class _Greedy:
             end, kr = start + self.length(r, start), int(lay.gpus[r])
             hard.cut(r, t)
             self.owner[t:end, first:first + kr] = -1
-            self.foot.touch(t, end)
-            self.foot.changed(t, end, first, kr)
+            self.foot.freed(t, end, first, kr)
             self.queue.append(r)
             self.running_now.remove(r)
             self.evictions += 1
@@ -430,8 +429,7 @@ class _Greedy:
         held = self.hard.release()
         if held is not None:  # the last timestep's reservation is recomputed from scratch
             start, end, first, k = held
-            self.foot.touch(start, end)
-            self.foot.changed(start, end, first, k)
+            self.foot.freed(start, end, first, k)
         self.foot.refresh(t)
         self.longest.clear()
         want_cs_now = None if self.cfg.fit_ahead else self.want_cs(waiting)
