@@ -172,10 +172,12 @@ class Footprint:
         before = np.arange(E)[:, None] < redo[None, :]  # (E, C)
         return np.where(before, self.served[:, cols], new), holder
 
-    def loss(self, t: int, end: int, k: int, cand: np.ndarray) -> np.ndarray:
+    def loss(self, t: int, end: int, k: int, cand: np.ndarray,
+             until_free: bool = False) -> np.ndarray:
         """(C,) float64: priority-weighted elastic service lost over [t, end)
         if a block of k GPUs at each first GPU of cand turns hard, the demand
-        re-packed without it."""
+        re-packed without it. `until_free`: the candidates after the first
+        that loses nothing are not priced (inf)."""
         self.repacks += 1
         w = self.weight
         base = float((w[:, None] * self.served[:, t:end]).sum())
@@ -199,6 +201,9 @@ class Footprint:
                     free[:, g:g + k] = False
                     served[:, at] = self.repack(free, t + at, users[at])[0]
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
+            if until_free and out[i] <= EPS:
+                out[i + 1:] = np.inf
+                break
         return out
 
 

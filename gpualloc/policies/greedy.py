@@ -298,7 +298,7 @@ class _Greedy:
         cand = lay.blocks(j)[self.free_blocks(self.hard.run, j, t)]
         key = self.fit_key(j, cand, ~self.hard.busy[t], want())
         cand = cand[np.argsort(key, kind="stable")[: cfg.repack_blocks]]  # best fit first
-        loss = self.foot.loss(t, end, k, cand)
+        loss = self.foot.loss(t, end, k, cand, until_free=True)
         if (loss <= EPS).any():
             return int(cand[np.nonzero(loss <= EPS)[0][0]])
         if not cfg.displace:
@@ -587,10 +587,12 @@ class _Greedy:
         if pack_value > fit_value:
             self.owner[t] = packed[0]
             return
-        for i, e in enumerate(self.elastic):
-            k = int(self.el_gpus[i])
-            for g in picks[i, :n_picks[i]].tolist():
-                self.owner[t, g:g + k] = e
+        # Every replica's block at once: first GPU + 0..k-1, owned by its service.
+        taken = np.arange(picks.shape[1])[None, :] < n_picks[:, None]  # (E, R)
+        size = np.broadcast_to(self.el_gpus[:, None], taken.shape)[taken]  # (n,) per replica
+        offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+        self.owner[t, np.repeat(picks[taken], size) + offset] = np.repeat(
+            np.broadcast_to(self.el[:, None], taken.shape)[taken], size)
 
     # ---- main loop ----------------------------------------------------------------------------
     def run(self, window: int | None = None) -> Plan:
