@@ -258,7 +258,7 @@ def test_online_variant_weighed_at_a_full_replan_and_carried(s, window):
     from gpualloc.policies.backfill import backfill
     r = rivals()
     own, plain = greedy(s, GreedyConfig(variants=False)).owner, backfill(s).owner
-    full = greedy(s, GreedyConfig(variant_steps=None), rivals=r, window=window)
+    full = greedy(s, GreedyConfig(), rivals=r, window=window)
     better = ("backfill" if weighted_throughput(s, plain) > weighted_throughput(s, own)
               else "greedy")
     assert full.info["carry"] == {"greedy_variant": better}
@@ -269,19 +269,3 @@ def test_online_variant_weighed_at_a_full_replan_and_carried(s, window):
         light = greedy(s, GreedyConfig(), rivals=r, window=window).owner
         assert torch.equal(light[:, :w], whole[:, :w])
     s.carry = None
-
-
-@given(scenario_with_fixed(), st.integers(1, 6), st.integers(1, 8))
-def test_online_variants_weighed_over_their_first_steps(s, window, steps):
-    # greedy.variant_steps: a full replan weighs the two plans of the first
-    # max(window, steps) steps (each the start of its whole plan) and keeps
-    # the better one of those.
-    from gpualloc.policies.backfill import backfill
-    ahead = max(window, steps)
-    own = greedy(s, GreedyConfig(variants=False), window=ahead).owner
-    plain = backfill(s, window=ahead).owner
-    full = greedy(s, GreedyConfig(variant_steps=steps), rivals=rivals(), window=window)
-    better = ("backfill" if weighted_throughput(s, plain) > weighted_throughput(s, own)
-              else "greedy")
-    assert full.info["carry"] == {"greedy_variant": better}
-    assert torch.equal(full.owner, plain if better == "backfill" else own)

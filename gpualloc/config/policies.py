@@ -238,13 +238,6 @@ class GreedyConfig:
     displacement priced against the wrong alternative), and greedy is never
     below the plain floor. Online, weighed at full replans only
     (online.full_every); the light ones between keep the choice."""
-    variant_steps: Optional[int] = 48
-    """Online, the variants are weighed over this many steps of a full
-    replan's view (each plan's first steps, the rigid jobs started in them
-    counted whole; at least the replan's window) instead of all of it; null:
-    all. Offline unused. 48 against all, tuning seeds 3-14 of the six
-    contended scenarios and the tuning window: value x1.0000 replanning
-    every 6 steps, x1.0018 every step; greedy's online time x0.88 / x0.91."""
     preempt: bool = True
     """Priority preemption, as Kueue and KAI do it: a waiting job that cannot
     start may evict running preemptible jobs of strictly lower priority when
@@ -258,7 +251,6 @@ class GreedyConfig:
         r = Rules(self, at)
         r.number("repack_jobs", "[0, inf)", integer=True)  # 0: no re-pack checks
         r.number("repack_blocks", "[1, inf)", integer=True)  # the checks need a block each
-        r.number("variant_steps", "[1, inf)", integer=True, null=True)
 
 
 @dataclass

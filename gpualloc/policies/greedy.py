@@ -79,18 +79,15 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
         return _Greedy(s, cfg).run(window)
     # Greedy decides each step from the steps before it: a window's plan is
     # the first steps of the whole one. The variants are weighed over whole
-    # plans; online, at a full replan (over cfg.variant_steps steps, at
-    # least the window, when set), and that choice is carried to the light
-    # replans after it (Scenario.carry).
+    # plans; online, at a full replan, and that choice is carried to the
+    # light replans after it (Scenario.carry).
     variant = (s.carry or {}).get("greedy_variant") if window is not None else None
     if variant == "backfill":
         plan = Plan(owner=plain(s, window=window).owner, info={"variant": "backfill"})
     elif variant == "greedy":
         plan = _Greedy(s, cfg).run(window)
     else:
-        ahead = (None if window is None or cfg.variant_steps is None
-                 else max(window, cfg.variant_steps))
-        plan, other = _Greedy(s, cfg).run(ahead), plain(s, window=ahead)
+        plan, other = _Greedy(s, cfg).run(), plain(s)
         variant = "greedy"
         if weighted_throughput(s, other.owner) > weighted_throughput(s, plan.owner):
             plan = Plan(owner=other.owner, info={**plan.info, "variant": "backfill"})
