@@ -502,12 +502,23 @@ class _Greedy:
                     return True
                 # Every free block overlaps the footprint: re-pack the elastic
                 # demand without it (and weigh what it would displace).
-                if demand_aware and length[j] <= self.longest_of(cls[j], size[j], t, False):
+                if (demand_aware and length[j] <= self.longest_of(cls[j], size[j], t, False)
+                        and not hopeless(j)):
                     g = self.displacing(j, t, want(j), lambda: self.later_value(j, t))
                     if g is not None:
                         self.start(j, g, t)
                         return True
             return self.preempt and self.preempt_for(j, t)
+
+        def hopeless(j: int) -> bool:
+            """displacing() would refuse j on its lower bound: the demand
+            spills (the excess) and j may not displace, or waiting has no
+            cost (a demand-safe start later, the free GPUs wanted anyway)."""
+            k = size[j]
+            if self.excess(t, t + length[j], k) <= 0:
+                return False
+            return (not self.cfg.displace
+                    or self.waiting_gpus - k >= self.free_now and self.safe_after(j, t))
 
         held = not self.cfg.reservation
 
