@@ -49,7 +49,8 @@ class Footprint:
         self.gpus = lay.gpus[self.el]  # (E,)
         E = len(elastic)
         # By priority only: the position (in the packing order) of the service
-        # holding each footprint cell (E: none), and per stale column the first service its re-pack redoes.
+        # holding each footprint cell (E: none), and per stale column the
+        # first service its re-pack redoes.
         self.holder = np.full((T, G), E, dtype=np.int32) if self.subsets is None else None
         self.positions = np.arange(E, dtype=np.int64)
         self.redo = np.zeros(T, dtype=np.int64)  # (T,)
@@ -99,11 +100,15 @@ class Footprint:
             _first_reaching(self.holder[start:end], self.served[:, start:end], need,
                             lay.pool_ok[self.el, lay.gpu_pool[first]], lay.gpu_node,
                             int(lay.gpu_node[first + k - 1]), users)
-            meets = users < len(self.elastic)
-            if meets.any():
-                np.minimum(self.redo[start:end], users, out=self.redo[start:end])
-                self.touch(start, end, meets)
+            self._redo_from(start, end, users)
         self.changed(start, end, first, k)
+
+    def _redo_from(self, start: int, end: int, users: np.ndarray) -> None:
+        """Columns [start, end) re-pack from service users[c] on (E: not stale)."""
+        meets = users < len(self.elastic)
+        if meets.any():
+            np.minimum(self.redo[start:end], users, out=self.redo[start:end])
+            self.touch(start, end, meets)
 
     def placed(self, start: int, end: int, first: int, k: int) -> None:
         """A block became hard (a start, a reservation). Packed by priority
@@ -115,11 +120,8 @@ class Footprint:
             if self.fp[start:end, first:first + k].any():
                 self.touch(start, end)
         else:
-            users = self.holder[start:end, first:first + k].min(1)  # (L,) first service on it
-            meets = users < len(self.elastic)
-            if meets.any():
-                np.minimum(self.redo[start:end], users, out=self.redo[start:end])
-                self.touch(start, end, meets)
+            # (L,) the first service on the block
+            self._redo_from(start, end, self.holder[start:end, first:first + k].min(1))
         self.changed(start, end, first, k)
 
     def refresh(self, t: int) -> None:

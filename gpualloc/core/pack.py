@@ -139,12 +139,11 @@ def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool
 
 
 def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np.ndarray,
-                 high: bool = False, first: np.ndarray | None = None) -> np.ndarray:
+                 high: bool = False) -> np.ndarray:
     """Elastic fill of `jobs` (scenario indices, in service order) into the
     free GPUs of every column of `free` (C, G) bool, which is updated; need:
     (E, C) replicas wanted. Writes the job index into `owner` (C, G) when
-    given. With `first` (C,): column c serves jobs[first[c]:] only (rows
-    before are 0). Returns served (E, C) int64."""
+    given. Returns served (E, C) int64."""
     jobs = np.asarray(jobs, dtype=np.int64)
     served = np.zeros((len(jobs), free.shape[0]), dtype=np.int64)
     if len(jobs) == 0 or free.shape[0] == 0:
@@ -154,9 +153,7 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
         owner = _NO_OWNER
     fill(free, owner, labels, np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs],
          lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
-         lay.pool_nodes, high, served, lay.gpu_node,
-         np.zeros(free.shape[0], dtype=np.int64) if first is None
-         else np.ascontiguousarray(first, dtype=np.int64))
+         lay.pool_nodes, high, served, lay.gpu_node, np.zeros(free.shape[0], dtype=np.int64))
     return served
 
 

@@ -319,12 +319,17 @@ class _Greedy:
                                                          end, k, self.lay.G))
         return out
 
+    def waits_free(self, j: int, t: int) -> bool:
+        """Waiting costs j nothing: the other waiting jobs would fill the free
+        GPUs and j has a demand-safe start later (later_value is infinite)."""
+        return self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now and self.safe_after(j, t)
+
     def later_value(self, j: int, t: int) -> float:
         """What j gets if it waits for its earliest demand-safe start after t."""
         if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
             # wait_value's bar is infinite whenever j has a demand-safe start:
             # whether it has one is enough (and the latest starts say it first).
-            return float("inf") if self.safe_after(j, t) else 0.0
+            return float("inf") if self.waits_free(j, t) else 0.0
         e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
@@ -514,11 +519,9 @@ class _Greedy:
             """displacing() would refuse j on its lower bound: the demand
             spills (the excess) and j may not displace, or waiting has no
             cost (a demand-safe start later, the free GPUs wanted anyway)."""
-            k = size[j]
-            if self.excess(t, t + length[j], k) <= 0:
+            if self.excess(t, t + length[j], size[j]) <= 0:
                 return False
-            return (not self.cfg.displace
-                    or self.waiting_gpus - k >= self.free_now and self.safe_after(j, t))
+            return not self.cfg.displace or self.waits_free(j, t)
 
         held = not self.cfg.reservation
 
