@@ -48,6 +48,35 @@ def test_hall_served_protects_the_confined_service():
     assert hall_served(lay, unions(lay, jobs), free, jobs, need).tolist() == [[6], [2]]
 
 
+def hall_reference(lay, subset_pools, free, jobs, need):
+    """hall_served in plain numpy, the rule as first written."""
+    free_u = subset_pools[:, lay.gpu_pool].astype(np.int64) @ free.T.astype(np.int64)  # (U, C)
+    out = np.zeros(need.shape, dtype=np.int64)
+    for i, j in enumerate(jobs):
+        k = int(lay.gpus[j])
+        holds = (~lay.pool_ok[j][None, :] | subset_pools).all(1)
+        out[i] = np.minimum(need[i], (free_u[holds] // k).min(0))
+        free_u[holds] -= out[i] * k
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hall_served_compiled_matches_the_numpy_rule(seed):
+    rng = np.random.default_rng(seed)
+    types = ["A100", "L40S", "H100"]
+    pools = [(int(rng.integers(1, 3)), int(rng.choice([2, 4, 8])), types[p]) for p in range(3)]
+    services = [elastic(f"e{i}", int(rng.choice([1, 2, 4])), [1] * 6,
+                        gpu_types=sorted(set(rng.choice(types, int(rng.integers(1, 4))).tolist())))
+                for i in range(int(rng.integers(1, 7)))]
+    lay = layout(scen(pools, services))
+    jobs = list(range(len(services)))
+    free = rng.random((9, lay.G)) < 0.6
+    need = rng.integers(0, 6, size=(len(jobs), 9))
+    subsets = unions(lay, jobs)
+    assert hall_served(lay, subsets, free, jobs, need).tolist() == \
+        hall_reference(lay, subsets, free, jobs, need).tolist()
+
+
 @pytest.mark.parametrize("type_aware", [True, False])
 def test_type_aware_footprint_keeps_the_confined_service(type_aware):
     s = confined_service()

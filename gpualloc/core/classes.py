@@ -14,6 +14,7 @@ elastic service (gpualloc.core.schedule) pack with `serve`.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from gpualloc.core.pack import fill_elastic
 
@@ -47,15 +48,42 @@ def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.
     classes holding its pool set still has free GPUs for. For 1-GPU replicas
     this is the priority-optimal service (a transversal matroid, greedy by
     weight); larger replicas may still fail to pack into blocks."""
-    free_u = subset_pools[:, lay.gpu_pool].astype(np.int64) @ free.T.astype(np.int64)  # (U, C)
+    jobs = np.asarray(jobs, dtype=np.int64)
     out = np.zeros(need.shape, dtype=np.int64)
-    for i, j in enumerate(jobs):
-        k = int(lay.gpus[j])
-        holds = (~lay.pool_ok[j][None, :] | subset_pools).all(1)  # (U,) unions holding j's set
-        n = np.minimum(need[i], (free_u[holds] // k).min(0))  # (C,)
-        out[i] = n
-        free_u[holds] -= n * k
+    _hall(subset_pools, lay.gpu_pool, free, lay.gpus[jobs], lay.pool_ok[jobs],
+          np.ascontiguousarray(need, dtype=np.int64), out)
     return out
+
+
+@njit(cache=True)
+def _hall(subset_pools, gpu_pool, free, gpus, pool_ok, need, out):
+    U, P = subset_pools.shape
+    C, G = free.shape
+    free_u = np.zeros((U, C), dtype=np.int64)  # free GPUs of each union, per column
+    for c in range(C):
+        for g in range(G):
+            if free[c, g]:
+                for u in range(U):
+                    if subset_pools[u, gpu_pool[g]]:
+                        free_u[u, c] += 1
+    holds = np.zeros(U, dtype=np.bool_)
+    for i in range(gpus.shape[0]):
+        for u in range(U):  # the unions holding job i's pool set
+            holds[u] = True
+            for p in range(P):
+                if pool_ok[i, p] and not subset_pools[u, p]:
+                    holds[u] = False
+                    break
+        k = gpus[i]
+        for c in range(C):
+            n = need[i, c]
+            for u in range(U):
+                if holds[u]:
+                    n = min(n, free_u[u, c] // k)
+            out[i, c] = n
+            for u in range(U):
+                if holds[u]:
+                    free_u[u, c] -= n * k
 
 
 def restricted_first(lay: Layout, elastic: list[int]) -> np.ndarray:
