@@ -18,6 +18,7 @@ SettingError a bad override gets on the command line, with the same message.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -74,7 +75,7 @@ def _run_config(overrides: Iterable[str], base: RunConfig | None, settings: dict
             raise SettingError("overrides: not with a base config (give settings as keywords)")
         dcfg = OmegaConf.structured(base)
     else:
-        dcfg = _compose(list(overrides))
+        dcfg = _compose(tuple(overrides))
     try:
         dcfg = OmegaConf.merge(dcfg, settings)
         return OmegaConf.to_object(dcfg)
@@ -183,7 +184,11 @@ def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-def _compose(overrides: list[str]):
+@functools.lru_cache(maxsize=32)
+def _compose(overrides: tuple[str, ...]):
+    """conf/'s config under `overrides`, composed once per process (Hydra's
+    compose takes a quarter of a second; OmegaConf.merge copies what it
+    returns, so the cached config is never changed)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -195,6 +200,6 @@ def _compose(overrides: list[str]):
         GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="gpualloc.conf", version_base=None):
-            return compose(config_name="config", overrides=overrides)
+            return compose(config_name="config", overrides=list(overrides))
     except HydraException as e:
         raise SettingError(one_line(e)) from None
