@@ -104,7 +104,9 @@ def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need
     better (priority x GPUs) of the counts Hall's condition admits by
     priority, packed in `order` (positions in `jobs`, e.g. restricted_first),
     and fill_elastic in the order of service; without, the latter only."""
-    if subsets is None or not len(jobs):
+    if subsets is None or len(subsets) == 1 or not len(jobs):
+        # One class (every service on the same pools): nothing confined to
+        # protect, the plain fill in the order of service is the rule.
         return fill_elastic(lay, free, owner, jobs, need, high=high)
     plain_free = free.copy()
     plain_owner = None if owner is None else owner.copy()
