@@ -47,6 +47,10 @@ class Schedule:
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         self.elastic_order = service_order(s, self.elastic, narrow_first=True)
         self.classes = unions(lay, self.elastic, max_subsets) if self.elastic else None  # (U, P)
+        order = self._order = np.asarray(self.elastic_order, dtype=np.int64)
+        self._order_arrival = lay.arrival[order]
+        self._order_worth = (lay.priority[order] * lay.gpus[order]).astype(np.float64)
+        self._packing = {}  # arrived services (mask bytes) -> their packing order
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -237,15 +241,16 @@ class Schedule:
         elastic value and, when `owner` (T, G) is given, writes the replicas."""
         lay = self.lay
         t1 = self.T if t1 is None else t1
-        jobs = [j for j in self.elastic_order if lay.arrival[j] < t1]
+        arrived = self._order_arrival < t1
+        jobs = self._order[arrived]
         free = ~self.busy[t0:t1]  # (C, G)
         before = free.sum(1)
+        key = arrived.tobytes()
+        if key not in self._packing:
+            self._packing[key] = restricted_first(lay, jobs.tolist()) if len(jobs) else None
         served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
-                       self.demand[jobs, t0:t1], False, self.classes,
-                       restricted_first(lay, jobs) if jobs else None)
-        value = np.zeros(t1 - t0, dtype=np.float64)
-        for i, j in enumerate(jobs):
-            value += served[i] * (lay.priority[j] * lay.gpus[j])
+                       self.demand[jobs, t0:t1], False, self.classes, self._packing[key])
+        value = self._order_worth[arrived] @ served  # (C,) integers: exact in float64
         if self.discounted:
             value *= self.step_weight[t0:t1]
         self.elastic_value[t0:t1] = value
