@@ -48,26 +48,21 @@ def starts(s, owner):
     return first[:-1]
 
 
-@given(scenario_docs(max_horizon=10), st.sampled_from(FORECASTS), st.integers(1, 3),
-       st.one_of(st.none(), st.integers(0, 3)))
-def test_online_plans_feasible_nothing_early_nothing_moved(doc, forecast_, every, beyond):
-    # With a lookahead, views end early; what is committed still runs whole
-    # (the checker holds every rigid job to its duration).
+@given(scenario_docs(max_horizon=10), st.sampled_from(FORECASTS), st.integers(1, 3))
+def test_online_plans_feasible_nothing_early_nothing_moved(doc, forecast_, every):
     s = from_dict(doc)
-    lookahead = None if beyond is None else every + beyond
-    plan, views = run_online(s, forecast_, every, lookahead_steps=lookahead)
+    plan, views = run_online(s, forecast_, every)
     assert check(s, plan.owner).ok
     first = starts(s, plan.owner)
     ran = first < s.T
     assert (first[ran] >= s.arrival[ran]).all()  # no job before its arrival
     for tau, v, index in views:
         # The planner saw only arrived jobs, and the rest of the horizon.
-        assert v.T == min(s.T - tau, lookahead or s.T) and all(
-            s.jobs[j].arrival <= tau for j in index)
+        assert v.T == s.T - tau and all(s.jobs[j].arrival <= tau for j in index)
         # Running jobs keep their block to the end: every decided cell of
         # every view is in the final plan, with the same job.
         held = v.fixed >= 0
-        assert (plan.owner[:, tau:tau + v.T][held] == torch.tensor(index)[v.fixed[held]]).all()
+        assert (plan.owner[:, tau:][held] == torch.tensor(index)[v.fixed[held]]).all()
         # A running job is not planned again.
         for vj in v.fixed[held].unique().tolist():
             assert s.jobs[index[vj]].rigid and first[index[vj]] < tau
@@ -228,7 +223,6 @@ def test_policy_that_ignores_fixed_is_refused():
     (dict(online=dict(replan_every=0)), "online.replan_every=0"),
     (dict(online=dict(forecast="crystal_ball")), "online.forecast=crystal_ball"),
     (dict(online=dict(ewma_alpha=0.0)), "online.ewma_alpha=0.0"),
-    (dict(online=dict(replan_every=6, lookahead_steps=4)), "online.lookahead_steps=4"),
 ])
 def test_config_errors_name_the_override(override, message):
     # Refused when the config is built (gpualloc.config; every setting:

@@ -80,17 +80,6 @@ class OnlineConfig:
     halve it, and on tuning seeds 3-14 of the six contended scenarios gave
     x1.0002 the value of 60 replanning every 6 steps, x0.9994 every step
     (bench/results/online_relax30_every6.md, _every1.md)."""
-    lookahead_steps: Optional[int] = None
-    """Steps each replan's view spans from its decision step (at least
-    replan_every), a rolling horizon's lookahead; null: to the scenario's
-    end. Work a view cuts at its end is valued there only, as the horizon
-    cuts it offline; what is committed runs to its real end. Off by
-    default: on `mixed` seed 0 (every 6 steps) 96 steps left greedy's value
-    as it was and cut its online time 2.25 -> 1.62 s, the allocator's not
-    at all (6.9 -> 7.2 s: its replans' time is search moves, not steps); on
-    `mixed` scaled to two weeks (64 x 488 x 336) 168 steps took greedy
-    5.2 -> 4.2 s at the same value, the allocator 16.4 -> 16.5 s (129,371
-    -> 129,360). For scenarios far longer than a week."""
     fill_between: bool = True
     """Between replans, start rigid jobs (not preemptible) that arrived since the last one at
     the first step a block is free for their whole run (in the executed plan
@@ -131,10 +120,6 @@ class OnlineConfig:
         r.number("arrival_search_moves", "[0, inf)", integer=True)
         r.number("replan_every", "[1, inf)", integer=True)
         r.number("full_every", "[1, inf)", integer=True, null=True)
-        r.number("lookahead_steps", "[1, inf)", integer=True, null=True)
-        if self.lookahead_steps is not None and self.lookahead_steps < self.replan_every:
-            r.fail("lookahead_steps", f"must be at least replan_every ({self.replan_every}): "
-                   "a replan's window lies inside its view")
         r.one_of("forecast", FORECASTS)
         r.number("ewma_alpha", "(0, 1]")
         r.number("period_steps", "[1, inf)", integer=True, null=True)

@@ -69,7 +69,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
         v, index = view_at(s, tau, o, oracle, committed, period)
-        v.hint = _hint(previous, index, tau, s.J, v.T)
+        v.hint = _hint(previous, index, tau, s.J)
         v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)
@@ -88,7 +88,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             replans += periodic
             arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
-        due = _commit_rigid(s, v, index, planned, tau, stop, owner, committed,
+        due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
                             0 if guarded else 1 if o.commit_at_start else None)
         if o.fill_between or due:
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
@@ -148,12 +148,12 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     rigid = np.array([j.rigid for j in v.jobs] + [False])
     p = planned.numpy()
     out = np.full((s.G, s.T), IDLE, dtype=np.int64)
-    out[:, tau:tau + v.T] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
+    out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
     return out
 
 
 def _hint(previous: np.ndarray | None, index: list[int], tau: int,
-          J: int, T: int) -> torch.Tensor | None:
+          J: int) -> torch.Tensor | None:
     """The last plan in the new view's job indices (jobs it no longer has: idle)."""
     if previous is None:
         return None
@@ -161,7 +161,7 @@ def _hint(previous: np.ndarray | None, index: list[int], tau: int,
     known = np.array(index, dtype=np.int64)
     real = known >= 0  # placeholders have no scenario job
     to_view[known[real]] = np.arange(len(index))[real]
-    grid = previous[:, tau:tau + T]
+    grid = previous[:, tau:]
     return torch.from_numpy(np.where(grid >= 0, to_view[grid], IDLE))
 
 
@@ -185,7 +185,7 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
                             f"{int(elsewhere.sum())} others): it cannot run with mode=online")
 
 
-def _commit_rigid(s, v, index, planned, tau, stop, owner, committed,
+def _commit_rigid(v, index, planned, tau, stop, owner, committed,
                   due_from: int | None = None) -> dict[int, tuple[int, int]]:
     # A rigid job the plan starts inside the window runs there to its end; a
     # preemptible one, to the end of that segment. A running preemptible job
@@ -217,7 +217,7 @@ def _commit_rigid(s, v, index, planned, tau, stop, owner, committed,
             kept = runs[0][1] if runs and runs[0][0] == 0 and runs[0][2] == g0 else 0
             kept = min(kept, length)
             if kept < length and kept < R:
-                cut = owner[g0:g0 + k, tau + kept:committed.end[j]]  # past the view too
+                cut = owner[g0:g0 + k, tau + kept:tau + length]
                 cut[cut == j] = IDLE
                 committed.end[j] = tau + kept
             if kept:
@@ -231,23 +231,10 @@ def _commit_rigid(s, v, index, planned, tau, stop, owner, committed,
         commits = [c for c in commits if c[0] not in due]
     # After every cut: a segment may start where another job was cut.
     for j, job, (t0, t1, g0) in commits:
-        end = tau + t1
-        if t1 == v.T:  # to the view's end: the run goes on to the job's (the horizon's) end
-            end = min(tau + t0 + _left(s, j, committed), s.T)
-        owner[g0:g0 + job.gpus, tau + t0:end] = j
+        owner[g0:g0 + job.gpus, tau + t0:tau + t1] = j
         committed.start[j] = (tau + t0, g0)
-        committed.end[j] = end
+        committed.end[j] = tau + t1
     return due
-
-
-def _left(s: Scenario, j: int, committed: Committed) -> int:
-    """Steps rigid job j runs from a start now: its duration, or for a
-    preemptible job that ran before, at most its restore and the rest of its
-    progress (a segment that outlives the job is trimmed: _trim_done)."""
-    job = s.jobs[j]
-    if job.preemptible and j in committed.start:
-        return job.restart_cost + job.duration - committed.progress.get(j, 0)
-    return job.duration
 
 
 def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -303,7 +290,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             sched = Schedule(v, discount=o.discount)
         else:
             # The last plan's placements of jobs not started, where still free: held.
-            hint = _hint(previous, index, t, s.J, v.T)
+            hint = _hint(previous, index, t, s.J)
             started = [to_view[j] for j in committed.start if j in to_view]
             hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
             sched = adopt(v, hint, o.discount)

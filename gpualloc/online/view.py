@@ -76,14 +76,12 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
             period: int | None = None, headroom: float = 0.0) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then, the forecast
-    (`oracle`'s, when given, else o.forecast's), the committed cells fixed,
-    over o.lookahead_steps from t (to the end without);
+    (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
     with `headroom`, guaranteed services' forecast raised by that share
     (rounded up). Returns the view and its jobs' scenario indices (`view`)."""
     obs = visible(s, t)
-    horizon = s.T if o.lookahead_steps is None else min(s.T, t + o.lookahead_steps)
-    steps = horizon - t - 1
+    steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
     if headroom > 0:
@@ -91,7 +89,7 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
                             dtype=torch.bool)  # (E,)
         raised = torch.ceil(future * (1 + headroom) - 1e-9).long()
         future = torch.where(held[:, None], raised, future)
-    expected = (expected_arrivals(obs, horizon - t, period)
+    expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
-    v, index = view(obs, future, committed, horizon, s.step_minutes, s.pools, s.G, expected)
+    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
     return v.share_cluster(s), index
