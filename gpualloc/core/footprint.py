@@ -171,7 +171,7 @@ class Footprint:
         fill(free, holder, self.positions, self.need[el[:, None], cols[None, :]], self.gpus,
              lay.pool_ok[el], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
              lay.pool_nodes, True, new, lay.gpu_node, redo)
-        before = np.arange(E)[:, None] < redo[None, :]  # (E, C)
+        before = self.positions[:, None] < redo[None, :]  # (E, C)
         return np.where(before, self.served[:, cols], new), holder
 
     def loss(self, t: int, end: int, k: int, cand: np.ndarray,

@@ -247,7 +247,7 @@ class Schedule:
         before = free.sum(1)
         key = arrived.tobytes()
         if key not in self._packing:
-            self._packing[key] = restricted_first(lay, jobs.tolist()) if len(jobs) else None
+            self._packing[key] = restricted_first(lay, jobs) if len(jobs) else None
         served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
                        self.demand[jobs, t0:t1], False, self.classes, self._packing[key])
         value = self._order_worth[arrived] @ served  # (C,) integers: exact in float64

@@ -329,7 +329,7 @@ class _Greedy:
         if self.waiting_gpus - int(self.lay.gpus[j]) >= self.free_now:
             # wait_value's bar is infinite whenever j has a demand-safe start:
             # whether it has one is enough (and the latest starts say it first).
-            return float("inf") if self.waits_free(j, t) else 0.0
+            return float("inf") if self.safe_after(j, t) else 0.0
         e = self.earliest(j, t, self.foot.run)
         return self.wait_value(j, None if e is None else e[0])
 
