@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+EPS = 1e-9
+"""Values closer than this are equal (the displacement rule's margins)."""
+
 
 @njit(cache=True)
 def update_runs(busy, run, g0, g1, t_hi):
@@ -183,14 +186,14 @@ def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, valu
                 early = True
     if not early:
         return -2
-    if best <= base + 1e-9:
+    if best <= base + EPS:
         return -1
     for t in range(after, t_safe):
         need = min(d, T - t)
         found = False
         for i in range(blocks.shape[0]):
             ok = (block_free(run, blocks[i], k, t, need)
-                  and value_per_step * need - price[block_pool[i], t] >= best - 1e-9)
+                  and value_per_step * need - price[block_pool[i], t] >= best - EPS)
             out[i] = ok
             found = found or ok
         if found:

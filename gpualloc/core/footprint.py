@@ -234,7 +234,7 @@ def _first_reaching(holder, served, need, may_use, gpu_node, top, out):
                 break
 
 
-EPS = 1e-9
+EPS = kb.EPS
 
 
 def worth_displacing(net: float, later) -> bool:

@@ -11,10 +11,12 @@ priced in whole replicas of the union's top-priority job, at its priority.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from numba import njit
 
-from gpualloc.core.blocks import best_displacing, earliest, fewest_left
+from gpualloc.core.blocks import EPS, best_displacing, earliest, fewest_left, free_blocks
 from gpualloc.core.classes import unions
 
 
@@ -85,6 +87,65 @@ def _take(slack, subset_pools, pool, t0, t1, k):
                 slack[u, t] -= k
 
 
+@njit(cache=True)
+def guarded_fit(run, busy, blocks, block_pool, k, length, steps, d, t, slack, subset_pools,
+                subset_priority, subset_replica, guarded, displace, value, prefer, gpu_node,
+                n_nodes):
+    """(first GPU of the best-fit block where a rigid job can start at t, or
+    -1; whether that failure holds for any longer job of its class too): the
+    blocks free for its `length` steps from t that, when guarded, leave the
+    known elastic demand room; with displace too, where none does, those
+    whose value net of the displaced service (`_price`) is highest, when
+    that is positive and beats the job's value at its earliest start after
+    t that displaces nothing (gpualloc.core.footprint.worth_displacing;
+    `steps`: its segment's steps, `d`: its duration, as `guarded_find`
+    reads it). `value`: the job's value per step; `prefer`: a first GPU
+    returned when it is one of the best (-1: none)."""
+    T = busy.shape[0]
+    B = blocks.shape[0]
+    free = np.zeros(B, dtype=np.bool_)
+    if free_blocks(run, blocks, k, t, length, free) == 0:
+        return -1, True
+    ok = free.copy()
+    if guarded:
+        P = subset_pools.shape[1]
+        short = np.zeros(P, dtype=np.bool_)
+        _short_from(slack, subset_pools, k, t, length, short)
+        n = 0
+        for i in range(B):
+            ok[i] = free[i] and not short[block_pool[i]]
+            n += ok[i]
+        if n == 0:
+            if not displace:
+                return -1, True
+            price = np.zeros((P, T), dtype=np.float64)
+            _price(slack, subset_pools, subset_priority, subset_replica, k, length, price)
+            net = np.full(B, -1.0)
+            for i in range(B):
+                if free[i]:
+                    net[i] = value * length - price[block_pool[i], t]
+            best = net.max()
+            if not best > EPS:
+                return -1, False
+            later = 0.0
+            at, _, _ = guarded_find(run, busy, blocks, block_pool, k, d, t + 1, slack,
+                                    subset_pools, subset_priority, subset_replica, True, False,
+                                    value, gpu_node, n_nodes)
+            if at >= 0:
+                later = value * min(steps, T - at)
+            if not best > later + EPS:
+                return -1, False
+            for i in range(B):
+                ok[i] = net[i] >= best - EPS
+    if prefer >= 0:
+        for i in range(B):
+            if blocks[i] == prefer:
+                if ok[i]:
+                    return prefer, False
+                break
+    return blocks[fewest_left(busy, t, blocks, ok, gpu_node, n_nodes)], False
+
+
 class DemandGuard:
     """Slack of every union of elastic pool sets against the elastic demand
     still to serve, kept up to date as rigid jobs are placed and removed."""
@@ -131,6 +192,11 @@ class DemandGuard:
         _price(self.slack, self.subset_pools, self.subset_priority, self.subset_replica, k,
                length, out)
         return out[:, t]
+
+    def copy(self) -> "DemandGuard":
+        out = copy.copy(self)
+        out.slack = self.slack.copy()
+        return out
 
     def snapshot(self) -> np.ndarray:
         return self.slack.copy()

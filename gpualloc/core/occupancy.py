@@ -14,6 +14,7 @@ updated on the rows a placement touches.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,6 +198,15 @@ class Occupancy:
             first, k = self.held[2], self.held[3]
             busy[first:first + k] = self.fixed[t, first:first + k] >= 0
         return busy
+
+    def copy(self) -> "Occupancy":
+        """An independent occupancy in the same state (no reservation held)."""
+        assert self.held is None
+        out = copy.copy(self)
+        for name in ("fixed", "busy", "busy_gpus", "owner", "run", "start", "first", "closed",
+                     "progress", "adopted"):
+            setattr(out, name, getattr(self, name).copy())
+        return out
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.busy.copy(), self.owner.copy(), self.run.copy(), self.start.copy(),

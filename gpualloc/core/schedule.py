@@ -8,6 +8,7 @@ waiting), and the objective's value, discounted when asked.
 """
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -15,9 +16,8 @@ import torch
 
 from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
                            time_major)
-from gpualloc.core.footprint import EPS, worth_displacing
 from gpualloc.core.guarantee import planning_fixed
-from gpualloc.core.guard import DemandGuard, guarded_find
+from gpualloc.core.guard import DemandGuard, guarded_find, guarded_fit
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
@@ -53,6 +53,24 @@ class Schedule:
         self._packing = {}  # arrived services (mask bytes) -> their packing order
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
+
+    @classmethod
+    def empty(cls, s: Scenario, discount: float = 0.0) -> "Schedule":
+        """A schedule of `s` with nothing placed: a copy of one built once per
+        scenario and discount (cached on the scenario, as its layout is; the
+        allocator builds several per replan)."""
+        cache = s.__dict__.setdefault("_empty_schedules", {})
+        if discount not in cache:
+            cache[discount] = cls(s, discount=discount)
+        return cache[discount].copy()
+
+    def copy(self) -> "Schedule":
+        """An independent schedule in the same state; what never changes
+        (the layout, the demand, the services' order and packing) is shared."""
+        out = copy.copy(self)
+        out.occ, out.guard = self.occ.copy(), self.guard.copy()
+        out.elastic_value, out.elastic_used = self.elastic_value.copy(), self.elastic_used.copy()
+        return out
 
     # ---- the state --------------------------------------------------------------------
     @property
@@ -143,38 +161,21 @@ class Schedule:
         """(first GPU of the best-fit block where rigid job j can start at t, or
         None; whether that failure holds for any longer job of its class too).
         Demand-awareness and displacement as in `find`; the block at `prefer`
-        (a first GPU) when it is one of the best."""
+        (a first GPU) when it is one of the best. One compiled call
+        (gpualloc.core.guard.guarded_fit)."""
         lay = self.lay
-        if len(lay.blocks(j)) == 0 or t < lay.arrival[j]:
+        c = lay.job_class[j]
+        lo, hi = lay.class_ptr[c], lay.class_ptr[c + 1]
+        if lo == hi or t < lay.arrival[j]:
             return None, True
-        k, length = int(lay.gpus[j]), self.length(j, t)
-        free = self.occ.free_at(j, t, length)
-        if not free.any():
-            return None, True
-        ok = free
-        if demand_aware and self.guard.U:
-            pools = lay.job_block_pool(j)
-            ok = free & ~self.guard.short_at(k, t, length)[pools]
-            if not ok.any():
-                if not displace:
-                    return None, True
-                value = float(lay.priority[j]) * k
-                net = np.where(free, value * length - self.guard.price_at(k, t, length)[pools],
-                               -1.0)
-                best = float(net.max())
-
-                def later() -> float:  # the job's value at its earliest safe start
-                    at = self.find(j, t + 1, demand_aware, displace=False)
-                    return 0.0 if at is None else value * self.length(j, at[0])
-
-                if not worth_displacing(best, later):
-                    return None, False
-                ok = net >= best - EPS
-        if prefer is not None:
-            mine = np.flatnonzero(lay.blocks(j) == prefer)
-            if len(mine) and ok[mine[0]]:
-                return prefer, False
-        return self.occ.fewest_left(j, t, ok), False
+        guard, k = self.guard, int(lay.gpus[j])
+        first, hard = guarded_fit(
+            self.occ.run, self.occ.busy, lay.class_blocks[lo:hi], lay.block_pool[lo:hi], k,
+            self.length(j, t), self.occ.steps(j), int(lay.duration[j]), t, guard.slack,
+            guard.subset_pools, guard.subset_priority, guard.subset_replica,
+            demand_aware and guard.U > 0, displace, float(lay.priority[j]) * k,
+            -1 if prefer is None else prefer, lay.gpu_node, lay.N)
+        return (None if first < 0 else int(first)), hard
 
     def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
         """Make room for rigid job j at `start`: on the candidate block with the
@@ -326,7 +327,7 @@ def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,
     recomputed on what they leave free. With `complete`, the rigid jobs it
     does not hold are then inserted in priority order (a partial plan, such
     as the last replan's for the jobs known then, grows into a full one)."""
-    sched = Schedule(s, discount=discount)
+    sched = Schedule.empty(s, discount)
     lay = sched.lay
     grid = owner.cpu().numpy()  # (G, T)
     g, t = np.nonzero(grid >= 0)

@@ -255,14 +255,14 @@ def search_bytes(s: Scenario) -> int:
     which covers greedy's plan, built here as the search's start) and the
     schedules alive at once (gpualloc.core.schedule): up to five repaired
     plans (the two priority-order builds, FIFO's, greedy's, online the last
-    replan's), each a fixed grid, an owner grid (int64), a busy mask and a
+    replan's) and the empty one they are copied from, each a fixed grid, an owner grid (int64), a busy mask and a
     free-run grid (int32) over (T, G), 21 bytes a cell, and its demand (J, T)
     int64; the search's snapshots (busy, owner, free runs: 13 bytes a cell),
     at most four at once; three (G, T) int64 plans (FIFO's, greedy's, the
     result). Measured at 4,096 x 10,000 x 336: peaks of 0.56-0.60 GiB
-    (bench/results/speed_cpu_26_alloc*.md) against about 1.05 GiB here."""
+    (bench/results/speed_cpu_26_alloc*.md) against about 1.1 GiB here."""
     GT, JT = s.G * s.T, s.J * s.T
-    return int(scenario_bytes(s) + 5 * (21 * GT + 8 * JT) + 4 * 13 * GT + 3 * 8 * GT)
+    return int(scenario_bytes(s) + 6 * (21 * GT + 8 * JT) + 4 * 13 * GT + 3 * 8 * GT)
 
 
 def fit(s: Scenario, cfg, device: torch.device | str):

@@ -25,7 +25,7 @@ def build(s: Scenario, order: list[int], demand_aware: bool = True,
           at: dict[int, int] | None = None, discount: float = 0.0) -> Schedule:
     """Serial placement: each rigid job in `order` at its earliest feasible
     start (from `at[j]` first, when given); then elastic service."""
-    sched = Schedule(s, discount=discount)
+    sched = Schedule.empty(s, discount)
     lay = sched.lay
     sched.insert_all([j for j in order if lay.rigid[j] and not sched.done[j]], demand_aware, at)
     sched.fill_elastic()
@@ -36,7 +36,7 @@ def build_parallel(s: Scenario, order: list[int], demand_aware: bool = True,
                    reserve: bool = True, discount: float = 0.0) -> Schedule:
     """Time-driven placement of every rigid job, in `order` at each event;
     then elastic service (see `insert_parallel`)."""
-    sched = Schedule(s, discount=discount)
+    sched = Schedule.empty(s, discount)
     lay = sched.lay
     jobs = np.nonzero(lay.rigid & ~sched.done & ~lay.unplaceable)[0].tolist()
     insert_parallel(sched, jobs, {j: i for i, j in enumerate(order)}, 0, demand_aware, reserve)
