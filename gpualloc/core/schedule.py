@@ -50,7 +50,8 @@ class Schedule:
         order = self._order = np.asarray(self.elastic_order, dtype=np.int64)
         self._order_arrival = lay.arrival[order]
         self._order_worth = (lay.priority[order] * lay.gpus[order]).astype(np.float64)
-        self._packing = {}  # arrived services (mask bytes) -> their packing order
+        self._worth = lay.priority * lay.gpus  # (J,) a rigid job's value per step
+        self._packing = {}  # arrived services (mask bytes) -> them, packing order, worths, GPUs
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -100,12 +101,7 @@ class Schedule:
         jobs = np.asarray(jobs, dtype=np.int64)
         jobs = jobs[self.occ.start[jobs] >= 0]
         start = self.occ.start[jobs]
-        if self.occ.closed[jobs].any():  # segments: their own lengths
-            end = np.array([s + self.length(j, s) for j, s in zip(jobs.tolist(), start.tolist())],
-                           dtype=np.int64)
-        else:
-            end = start + np.minimum(self.lay.duration[jobs], self.T - start)
-        return jobs, start, end
+        return jobs, start, start + np.minimum(self.occ.steps_of(jobs), self.T - start)
 
     def span(self, jobs, lo: int, hi: int) -> tuple[int, int]:
         """[lo, hi) widened to the runs of the placed jobs of `jobs`."""
@@ -232,7 +228,7 @@ class Schedule:
         steps = np.minimum(lay.duration[j], self.T - start)
         if self.discounted:
             steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        return float((lay.priority[j] * lay.gpus[j] * steps).sum())
+        return float((self._worth[j] * steps).sum())
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
         """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free:
@@ -243,19 +239,20 @@ class Schedule:
         lay = self.lay
         t1 = self.T if t1 is None else t1
         arrived = self._order_arrival < t1
-        jobs = self._order[arrived]
-        free = ~self.busy[t0:t1]  # (C, G)
-        before = free.sum(1)
         key = arrived.tobytes()
         if key not in self._packing:
-            self._packing[key] = restricted_first(lay, jobs) if len(jobs) else None
+            jobs = self._order[arrived]
+            self._packing[key] = (jobs, restricted_first(lay, jobs) if len(jobs) else None,
+                                  self._order_worth[arrived], lay.gpus[jobs])
+        jobs, packing, worth, gpus = self._packing[key]
+        free = ~self.busy[t0:t1]  # (C, G)
         served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
-                       self.demand[jobs, t0:t1], False, self.classes, self._packing[key])
-        value = self._order_worth[arrived] @ served  # (C,) integers: exact in float64
+                       self.demand[jobs, t0:t1], False, self.classes, packing)
+        value = worth @ served  # (C,) integers: exact in float64
         if self.discounted:
             value *= self.step_weight[t0:t1]
         self.elastic_value[t0:t1] = value
-        self.elastic_used[t0:t1] = before - free.sum(1)
+        self.elastic_used[t0:t1] = gpus @ served
         return value
 
     def value(self) -> float:
@@ -296,8 +293,8 @@ class Schedule:
         horizon: among plans of equal value, the one that starts important
         work sooner. The objective does not see when work runs, but a plan
         that is replanned (online mode) loses what it postponed."""
-        lay, j = self.lay, self._placed()
-        return float((lay.priority[j] * lay.gpus[j] * (self.T - self.start[j])).sum())
+        j = self._placed()
+        return float((self._worth[j] * (self.T - self.start[j])).sum())
 
     # ---- plans -----------------------------------------------------------------------------
     def owner(self) -> torch.Tensor:

@@ -81,6 +81,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         lo, hi = T, 0
         removed: list[int] = []
         waiting = sched.waiting()
+        forced = -1
         if waiting and rng.random() < 0.5:
             share = guide[0] if guide else [1.0] * s.J
             j = rng.choices(waiting, weights=[priority[w] * (0.1 + min(share[w], 1.0))
@@ -95,7 +96,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             victims = sched.clear_for(j, start, rng)
             if victims is None:
                 continue
-            removed = victims
+            removed, forced = victims, j
             lo, hi = start, start + sched.length(j, start)
             window_end = T
         else:
@@ -104,16 +105,18 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             window_end = a + width
             ruin_nodes = None
             if n_nodes > 1 and rng.random() < 0.5:
-                ruin_nodes = set(rng.sample(range(n_nodes), rng.randint(1, max(1, n_nodes // 2))))
+                ruin_nodes = np.zeros(n_nodes, dtype=np.bool_)
+                ruin_nodes[rng.sample(range(n_nodes), rng.randint(1, max(1, n_nodes // 2)))] = True
             start = sched.start
             inside = (start >= 0) & (start >= a) & (start < window_end)  # (J,)
             if ruin_nodes is not None:
-                inside &= np.isin(lay.gpu_node[np.maximum(sched.first, 0)], list(ruin_nodes))
+                inside &= ruin_nodes[lay.gpu_node[np.maximum(sched.first, 0)]]
             removed = np.nonzero(inside)[0].tolist()
         lo, hi = sched.span(removed, lo, hi)
         sched.remove_all(removed)
-        gone = set(removed)
-        others = [j for j in sched.waiting() if j not in gone and arrival[j] < window_end]
+        # Waiting now: those before the move but the one forced in, and the
+        # removed (which are candidates already).
+        others = [j for j in waiting if j != forced and arrival[j] < window_end]
         if len(others) > max_waiting:
             others = rng.sample(others, max_waiting)
         candidates = removed + others
