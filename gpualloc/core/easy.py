@@ -1,9 +1,10 @@
 """The EASY pass (PROBLEM.md's reservations): at one step, the waiting jobs
 in order; each starts where it can; the first that cannot holds its earliest
 later start (a reservation), and the jobs behind it start only around it.
-Backfill, greedy and the allocator's parallel repair run it with their own
-`start` (where a job fits: the lowest free block, best fit beside the
-footprint, best fit under the demand guard) and `reserve`."""
+Backfill and greedy run it with their own `start` (where a job fits: the
+lowest free block, best fit beside the footprint) and `reserve`; the
+allocator's parallel repair runs the same pass compiled, best fit under the
+demand guard (gpualloc.core.insert.insert_parallel)."""
 from __future__ import annotations
 
 from typing import Callable, Iterable

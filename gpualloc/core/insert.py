@@ -1,14 +1,19 @@
-"""Serial insertion: rigid jobs in a given order, each at its earliest
-feasible start (gpualloc.core.guard.guarded_find), placed as it goes. One
-compiled loop for a whole order: the repair's builds and every move of the
-local search are this call."""
+"""Insertion: rigid jobs placed as they go, in one compiled loop each.
+
+- `insert_serial`: in a given order, each at its earliest feasible start
+  (gpualloc.core.guard.guarded_find): the repair's serial builds and every
+  move of the local search;
+- `insert_parallel`: time-driven, the waiting jobs in order at each event,
+  each where it fits now (gpualloc.core.guard.guarded_fit), with the EASY
+  pass of gpualloc.core.easy: the repair's parallel builds.
+"""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
 from gpualloc.core.blocks import update_runs
-from gpualloc.core.guard import guarded_find
+from gpualloc.core.guard import _take, guarded_find, guarded_fit
 
 
 @njit(cache=True)
@@ -105,3 +110,152 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
         failed_after[:] = T + 1
         placed += 1
     return placed
+
+
+@njit(cache=True)
+def _mark(busy, busy_gpus, run, start, end, first, k, cells):
+    """busy[start:end, first:first + k] = cells (or True where cells is
+    None), with its count per step and its free runs."""
+    for t in range(start, end):
+        for g in range(first, first + k):
+            new = True if cells is None else cells[t, g] >= 0
+            busy_gpus[t] += int(new) - int(busy[t, g])
+            busy[t, g] = new
+    update_runs(busy, run, first, first + k, end)
+
+
+@njit(cache=True)
+def _steps(j, duration, closed, progress, restart_cost):
+    """Steps j's current (or next) segment needs (gpualloc.core.occupancy)."""
+    if closed[j] == 0:
+        return duration[j]
+    return restart_cost[j] + duration[j] - progress[j]
+
+
+@njit(cache=True)
+def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner, run, fixed,
+                    start_of, first_of, closed, progress, slack, subset_pools, subset_priority,
+                    subset_replica, gpus, duration, arrival, priority, restart_cost, job_class,
+                    class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):
+    """Time-driven insertion of `jobs` from timestep t: at each event (an
+    arrival, a job's end, a reservation's start), the waiting jobs in `rank`
+    (J,) order start where they fit now, best fit under the demand guard;
+    only the first held back by elastic demand may displace it (the one a
+    reservation would protect). With `reserve`, the EASY pass: the first
+    that does not fit holds its earliest later start, and the jobs behind it
+    start only around that reservation, which is freed before the next
+    event. A job of a class whose shorter run just failed is not tried."""
+    T = busy.shape[0]
+    guarded = demand_aware and slack.shape[0] > 0
+    n_classes = 1
+    for j in jobs:
+        n_classes = max(n_classes, job_class[j] + 1)
+    todo = jobs[np.argsort(rank[jobs], kind="mergesort")]
+    todo = todo[np.argsort(arrival[todo], kind="mergesort")]  # by arrival, then rank
+    ends = np.empty(start_of.shape[0] + todo.shape[0], dtype=np.int64)
+    n_ends = 0
+    for j in range(start_of.shape[0]):
+        if start_of[j] >= 0:
+            e = start_of[j] + min(duration[j], T - start_of[j])
+            if e > t:
+                ends[n_ends] = e
+                n_ends += 1
+    waiting = np.empty(todo.shape[0], dtype=np.int64)
+    n_wait = 0
+    failed = np.empty(n_classes, dtype=np.int64)  # per class, the shortest run that did not fit
+    nxt = 0
+    while t < T and (nxt < todo.shape[0] or n_wait > 0):
+        while nxt < todo.shape[0] and arrival[todo[nxt]] <= t:
+            waiting[n_wait] = todo[nxt]
+            n_wait += 1
+            nxt += 1
+        order = np.argsort(rank[waiting[:n_wait]], kind="mergesort")
+        waiting[:n_wait] = waiting[:n_wait][order]
+        free = 0
+        for g in range(busy.shape[1]):
+            free += not busy[t, g]
+        ghost_start, ghost_end, ghost_first, ghost_k = -1, -1, -1, 0
+        failed[:] = 1 << 30
+        displaced = False
+        held = not reserve
+        started = np.zeros(n_wait, dtype=np.bool_)
+        length = np.empty(n_wait, dtype=np.int64)
+        for i in range(n_wait):
+            length[i] = min(_steps(waiting[i], duration, closed, progress, restart_cost), T - t)
+        i = 0
+        while i < n_wait:
+            if ghost_start >= 0 or not reserve:  # only those that pass start's first test
+                while i < n_wait and not (gpus[waiting[i]] <= free
+                                          and length[i] < failed[job_class[waiting[i]]]):
+                    i += 1
+                if i == n_wait:
+                    break
+            if free == 0:
+                break
+            j = waiting[i]
+            c, k = job_class[j], gpus[j]
+            lo, hi = class_ptr[c], class_ptr[c + 1]
+            blocks, pools = class_blocks[lo:hi], block_pool[lo:hi]
+            steps = _steps(j, duration, closed, progress, restart_cost)
+            first = -1
+            if k <= free and length[i] < failed[c]:
+                value = float(priority[j]) * k
+                hard = True
+                if lo < hi:
+                    first, hard = guarded_fit(run, busy, blocks, pools, k, length[i], steps,
+                                              duration[j], t, slack, subset_pools,
+                                              subset_priority, subset_replica, guarded, False,
+                                              value, -1, gpu_node, n_nodes)
+                if first < 0 and hard:
+                    failed[c] = length[i]
+                    if not displaced and demand_aware:
+                        displaced = True
+                        if lo < hi:
+                            first, _ = guarded_fit(run, busy, blocks, pools, k, length[i], steps,
+                                                   duration[j], t, slack, subset_pools,
+                                                   subset_priority, subset_replica, guarded,
+                                                   True, value, -1, gpu_node, n_nodes)
+            if first >= 0:
+                place(j, t, first, k, t + length[i], busy, busy_gpus, owner, run, start_of,
+                      first_of, slack, subset_pools, gpu_pool)
+                free -= k
+                ends[n_ends] = t + length[i]
+                n_ends += 1
+                failed[:] = 1 << 30
+                started[i] = True
+            elif not held:
+                if lo < hi:  # its earliest later start, displacing where worth it
+                    at, g, _ = guarded_find(run, busy, blocks, pools, k, duration[j],
+                                            max(arrival[j], t + 1), slack, subset_pools,
+                                            subset_priority, subset_replica, guarded, True,
+                                            float(priority[j] * k), gpu_node, n_nodes)
+                    if at >= 0:
+                        ghost_start, ghost_first, ghost_k = at, g, k
+                        ghost_end = at + min(steps, T - at)
+                        _mark(busy, busy_gpus, run, ghost_start, ghost_end, g, k, None)
+                        _take(slack, subset_pools, gpu_pool[g], ghost_start, ghost_end, k)
+                        failed[:] = 1 << 30
+                held = ghost_start >= 0
+            i += 1
+        kept = 0
+        for x in range(n_wait):
+            if not started[x]:
+                waiting[kept] = waiting[x]
+                kept += 1
+        n_wait = kept
+        if ghost_start >= 0:
+            _mark(busy, busy_gpus, run, ghost_start, ghost_end, ghost_first, ghost_k, fixed)
+            _take(slack, subset_pools, gpu_pool[ghost_first], ghost_start, ghost_end, -ghost_k)
+        nt = T
+        live = 0
+        for x in range(n_ends):
+            if ends[x] > t:
+                ends[live] = ends[x]
+                live += 1
+                nt = min(nt, ends[x])
+        n_ends = live
+        if nxt < todo.shape[0]:
+            nt = min(nt, arrival[todo[nxt]])
+        if ghost_start > t:
+            nt = min(nt, ghost_start)
+        t = nt
