@@ -345,6 +345,33 @@ def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
         assert (one == table[:, t]).all()
 
 
+@given(st.data())
+@settings(max_examples=40)
+def test_shortness_and_price_from_a_start_are_the_whole_tables_from_it(data):
+    # A search asks from its job's arrival on: the tables built from there
+    # must be the full ones' columns (the price's sums exactly).
+    from gpualloc.core.guard import _price, _short
+
+    U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))
+    slack = np.array(data.draw(st.lists(st.integers(-2, 6), min_size=U * T, max_size=U * T)),
+                     dtype=np.int64).reshape(U, T)
+    pools = np.array(data.draw(st.lists(st.booleans(), min_size=U * P, max_size=U * P)),
+                     dtype=np.bool_).reshape(U, P)
+    priority = np.array(data.draw(st.lists(st.floats(0.5, 10), min_size=U, max_size=U)))
+    replica = np.array(data.draw(st.lists(st.integers(1, 4), min_size=U, max_size=U)),
+                       dtype=np.int64)
+    k, d = data.draw(st.integers(1, 4)), data.draw(st.integers(1, T + 2))
+    after = data.draw(st.integers(0, T - 1))
+    short, short_after = np.zeros((P, T), dtype=np.bool_), np.ones((P, T), dtype=np.bool_)
+    _short(slack, pools, k, d, short)
+    _short(slack, pools, k, d, short_after, after)
+    price, price_after = np.zeros((P, T)), np.ones((P, T))
+    _price(slack, pools, priority, replica, k, d, price)
+    _price(slack, pools, priority, replica, k, d, price_after, after)
+    np.testing.assert_array_equal(short_after[:, after:], short[:, after:])
+    np.testing.assert_array_equal(price_after[:, after:], price[:, after:])
+
+
 @given(scenarios(max_jobs=8), st.data())
 @settings(max_examples=100, deadline=None)
 def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s, data):

@@ -179,10 +179,11 @@ def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, valu
     for t in range(after, t_safe):
         need = min(d, T - t)
         for i in range(blocks.shape[0]):
-            if block_free(run, blocks[i], k, t, need):
-                net = value_per_step * need - price[block_pool[i], t]
-                if not early or net > best:
-                    best = net
+            net = value_per_step * need - price[block_pool[i], t]
+            # A block that cannot raise the best is not looked at (the net
+            # is the pool's: blocks of one pool share it).
+            if (not early or net > best) and block_free(run, blocks[i], k, t, need):
+                best = net
                 early = True
     if not early:
         return -2
@@ -192,8 +193,8 @@ def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, valu
         need = min(d, T - t)
         found = False
         for i in range(blocks.shape[0]):
-            ok = (block_free(run, blocks[i], k, t, need)
-                  and value_per_step * need - price[block_pool[i], t] >= best - EPS)
+            ok = (value_per_step * need - price[block_pool[i], t] >= best - EPS
+                  and block_free(run, blocks[i], k, t, need))
             out[i] = ok
             found = found or ok
         if found:

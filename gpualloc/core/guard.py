@@ -21,9 +21,9 @@ from gpualloc.core.classes import unions
 
 
 @njit(cache=True)
-def _short(slack, subset_pools, k, d, out):
+def _short(slack, subset_pools, k, d, out, after=0):
     """out[p, t]: some union holding pool p has less than k GPUs to spare at
-    some step of [t, min(t + d, T))."""
+    some step of [t, min(t + d, T)); for t >= after only (False before)."""
     U, T = slack.shape
     P = subset_pools.shape[1]
     out[:] = False
@@ -31,7 +31,7 @@ def _short(slack, subset_pools, k, d, out):
     queue = np.zeros(T, dtype=np.int64)
     for u in range(U):
         head, tail = 0, 0
-        for t in range(T - 1, -1, -1):
+        for t in range(T - 1, after - 1, -1):
             while tail > head and slack[u, queue[tail - 1]] >= slack[u, t]:
                 tail -= 1
             queue[tail] = t
@@ -45,19 +45,21 @@ def _short(slack, subset_pools, k, d, out):
 
 
 @njit(cache=True)
-def _price(slack, subset_pools, subset_priority, subset_replica, k, d, out):
+def _price(slack, subset_pools, subset_priority, subset_replica, k, d, out, after=0):
     """out[p, t]: priority-weighted elastic GPU-steps a k-GPU run of d steps
-    starting at t in pool p takes from the known demand (the worst union)."""
+    starting at t in pool p takes from the known demand (the worst union);
+    for t >= after only (0 before). The sums are of integers: exact from
+    any start."""
     U, T = slack.shape
     P = subset_pools.shape[1]
     out[:] = 0.0
     cs = np.zeros(T + 1, dtype=np.float64)
     for u in range(U):
         size = subset_replica[u]
-        for t in range(T):
+        for t in range(after, T):
             lack = min(max(k - max(slack[u, t], 0), 0), k)
             cs[t + 1] = cs[t] + float((lack + size - 1) // size * size)
-        for t in range(T):
+        for t in range(after, T):
             w = (cs[min(t + d, T)] - cs[t]) * subset_priority[u]
             for p in range(P):
                 if subset_pools[u, p] and w > out[p, t]:
@@ -119,7 +121,7 @@ def guarded_fit(run, busy, blocks, block_pool, k, length, steps, d, t, slack, su
             if not displace:
                 return -1, True
             price = np.zeros((P, T), dtype=np.float64)
-            _price(slack, subset_pools, subset_priority, subset_replica, k, length, price)
+            _price(slack, subset_pools, subset_priority, subset_replica, k, length, price, t)
             net = np.full(B, -1.0)
             for i in range(B):
                 if free[i]:
@@ -190,7 +192,7 @@ class DemandGuard:
         displaces (`_price`, read at t)."""
         out = np.zeros((self.subset_pools.shape[1], self.slack.shape[1]), dtype=np.float64)
         _price(self.slack, self.subset_pools, self.subset_priority, self.subset_replica, k,
-               length, out)
+               length, out, t)
         return out[:, t]
 
     def copy(self) -> "DemandGuard":
@@ -221,13 +223,19 @@ def guarded_find(run, busy, blocks, block_pool, k, d, after, slack, subset_pools
     P = subset_pools.shape[1]
     short = np.zeros((P, T), dtype=np.bool_)
     if guarded:
-        _short(slack, subset_pools, k, d, short)
+        _short(slack, subset_pools, k, d, short, after)
     options = np.zeros(B, dtype=np.bool_)
     t0 = earliest(run, blocks, block_pool, k, d, after, T, short, guarded, options)
     none_free = t0 >= T and not guarded
-    if guarded and displace and t0 > after:
+    # A start before t0 is worth more than t0 only when the horizon cuts the
+    # run at t0: the price is never negative, so no net value beats the run
+    # at t0 when a whole run from `after` is worth no more (best_displacing
+    # would answer "not worth it", which changes nothing when t0 < T).
+    worth_trying = t0 >= T or (value_per_step * min(d, T - after)
+                                > value_per_step * min(T - t0, d) + EPS)
+    if guarded and displace and t0 > after and worth_trying:
         price = np.zeros((P, T), dtype=np.float64)
-        _price(slack, subset_pools, subset_priority, subset_replica, k, d, price)
+        _price(slack, subset_pools, subset_priority, subset_replica, k, d, price, after)
         early = np.zeros(B, dtype=np.bool_)
         t = best_displacing(run, blocks, block_pool, k, d, after, t0, T, price, value_per_step,
                             early)

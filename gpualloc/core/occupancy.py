@@ -118,6 +118,8 @@ class Occupancy:
     def steps_of(self, jobs: np.ndarray) -> np.ndarray:
         """(n,) int64: `steps(j)` of each of `jobs` (n,)."""
         lay = self.lay
+        if not self.closed.any():  # no segment closed (the common case, kept fast)
+            return lay.duration[jobs]
         return np.where(self.closed[jobs] > 0,
                         lay.restart_cost[jobs] + lay.duration[jobs] - self.progress[jobs],
                         lay.duration[jobs])
