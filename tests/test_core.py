@@ -324,6 +324,16 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
     assert (one.occ.run == kb.runs_of(one.occ.busy)).all()
 
 
+def _guard_tables(data):
+    """A random guard: slack (U, T) and the pools of each union (U, P)."""
+    U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))
+    slack = np.array(data.draw(st.lists(st.integers(-2, 6), min_size=U * T, max_size=U * T)),
+                     dtype=np.int64).reshape(U, T)
+    pools = np.array(data.draw(st.lists(st.booleans(), min_size=U * P, max_size=U * P)),
+                     dtype=np.bool_).reshape(U, P)
+    return slack, pools
+
+
 @given(st.data())
 @settings(max_examples=40)
 def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
@@ -331,11 +341,8 @@ def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
     # answer must be the full (P, T) table's column t.
     from gpualloc.core.guard import _short, _short_from
 
-    U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))
-    slack = np.array(data.draw(st.lists(st.integers(-2, 6), min_size=U * T, max_size=U * T)),
-                     dtype=np.int64).reshape(U, T)
-    pools = np.array(data.draw(st.lists(st.booleans(), min_size=U * P, max_size=U * P)),
-                     dtype=np.bool_).reshape(U, P)
+    slack, pools = _guard_tables(data)
+    (U, T), P = slack.shape, pools.shape[1]
     k, d = data.draw(st.integers(1, 4)), data.draw(st.integers(1, T + 2))
     table = np.zeros((P, T), dtype=np.bool_)
     _short(slack, pools, k, d, table)
@@ -352,11 +359,8 @@ def test_shortness_and_price_from_a_start_are_the_whole_tables_from_it(data):
     # must be the full ones' columns (the price's sums exactly).
     from gpualloc.core.guard import _price, _short
 
-    U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))
-    slack = np.array(data.draw(st.lists(st.integers(-2, 6), min_size=U * T, max_size=U * T)),
-                     dtype=np.int64).reshape(U, T)
-    pools = np.array(data.draw(st.lists(st.booleans(), min_size=U * P, max_size=U * P)),
-                     dtype=np.bool_).reshape(U, P)
+    slack, pools = _guard_tables(data)
+    (U, T), P = slack.shape, pools.shape[1]
     priority = np.array(data.draw(st.lists(st.floats(0.5, 10), min_size=U, max_size=U)))
     replica = np.array(data.draw(st.lists(st.integers(1, 4), min_size=U, max_size=U)),
                        dtype=np.int64)
