@@ -336,28 +336,33 @@ def _guard_tables(data):
 
 @given(st.data())
 @settings(max_examples=40)
-def test_shortness_at_one_start_is_the_whole_rows_at_it(data):
-    # The repair asks "is some union short over [t, t + d)" at one t; the
-    # answer must be the full (P, T) table's column t.
-    from gpualloc.core.guard import _short, _short_from
+def test_shortness_is_the_windows_minimum(data):
+    # "Is some union short over [t, t + d)": at one t (`_short_from`, the
+    # repair's question) and from a table per job size (`lows`, the
+    # searches'), against the minimum of the slack over the window.
+    from gpualloc.core.guard import _short_from, lows
 
     slack, pools = _guard_tables(data)
     (U, T), P = slack.shape, pools.shape[1]
     k, d = data.draw(st.integers(1, 4)), data.draw(st.integers(1, T + 2))
-    table = np.zeros((P, T), dtype=np.bool_)
-    _short(slack, pools, k, d, table)
-    for t in range(T):
+    after = data.draw(st.integers(0, T - 1))
+    low = np.full((U, T), -7, dtype=np.int64)
+    lows(slack, k, after, low)
+    assert (low[:, :after] == -7).all()  # nothing written before `after`
+    for t in range(after, T):
+        union_short = slack[:, t:min(t + d, T)].min(1) < k  # (U,)
+        np.testing.assert_array_equal(low[:, t] < min(t + d, T), union_short)
         one = np.zeros(P, dtype=np.bool_)
         _short_from(slack, pools, k, t, d, one)
-        assert (one == table[:, t]).all()
+        np.testing.assert_array_equal(one, (pools & union_short[:, None]).any(0))
 
 
 @given(st.data())
 @settings(max_examples=40)
-def test_shortness_and_price_from_a_start_are_the_whole_tables_from_it(data):
-    # A search asks from its job's arrival on: the tables built from there
-    # must be the full ones' columns (the price's sums exactly).
-    from gpualloc.core.guard import _price, _short
+def test_price_from_a_start_is_the_whole_table_from_it(data):
+    # A search asks from its job's arrival on: the table built from there
+    # must be the full one's columns, exactly (its sums are of integers).
+    from gpualloc.core.guard import _price
 
     slack, pools = _guard_tables(data)
     (U, T), P = slack.shape, pools.shape[1]
@@ -366,13 +371,9 @@ def test_shortness_and_price_from_a_start_are_the_whole_tables_from_it(data):
                        dtype=np.int64)
     k, d = data.draw(st.integers(1, 4)), data.draw(st.integers(1, T + 2))
     after = data.draw(st.integers(0, T - 1))
-    short, short_after = np.zeros((P, T), dtype=np.bool_), np.ones((P, T), dtype=np.bool_)
-    _short(slack, pools, k, d, short)
-    _short(slack, pools, k, d, short_after, after)
     price, price_after = np.zeros((P, T)), np.ones((P, T))
     _price(slack, pools, priority, replica, k, d, price)
     _price(slack, pools, priority, replica, k, d, price_after, after)
-    np.testing.assert_array_equal(short_after[:, after:], short[:, after:])
     np.testing.assert_array_equal(price_after[:, after:], price[:, after:])
 
 

@@ -16,32 +16,9 @@ import copy
 import numpy as np
 from numba import njit
 
-from gpualloc.core.blocks import EPS, best_displacing, earliest, fewest_left, free_blocks
+from gpualloc.core.blocks import (EPS, best_displacing, block_free, earliest, fewest_left,
+                                  free_blocks)
 from gpualloc.core.classes import unions
-
-
-@njit(cache=True)
-def _short(slack, subset_pools, k, d, out, after=0):
-    """out[p, t]: some union holding pool p has less than k GPUs to spare at
-    some step of [t, min(t + d, T)); for t >= after only (False before)."""
-    U, T = slack.shape
-    P = subset_pools.shape[1]
-    out[:] = False
-    # The minimum over each window by a monotonic queue, from the end: O(T).
-    queue = np.zeros(T, dtype=np.int64)
-    for u in range(U):
-        head, tail = 0, 0
-        for t in range(T - 1, after - 1, -1):
-            while tail > head and slack[u, queue[tail - 1]] >= slack[u, t]:
-                tail -= 1
-            queue[tail] = t
-            tail += 1
-            while queue[head] >= t + d:
-                head += 1
-            if slack[u, queue[head]] < k:
-                for p in range(P):
-                    if subset_pools[u, p]:
-                        out[p, t] = True
 
 
 @njit(cache=True)
@@ -68,7 +45,8 @@ def _price(slack, subset_pools, subset_priority, subset_replica, k, d, out, afte
 
 @njit(cache=True)
 def _short_from(slack, subset_pools, k, t, d, out):
-    """out[p]: `_short`'s answer at the one start t (O(U x d), not O(U x T))."""
+    """out[p]: some union holding pool p has less than k GPUs to spare at some
+    step of [t, min(t + d, T)) (O(U x d))."""
     U, T = slack.shape
     out[:] = False
     for u in range(U):
@@ -148,6 +126,9 @@ def guarded_fit(run, busy, blocks, block_pool, k, length, steps, d, t, slack, su
     return blocks[fewest_left(busy, t, blocks, ok, gpu_node, n_nodes)], False
 
 
+_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)
+
+
 class DemandGuard:
     """Slack of every union of elastic pool sets against the elastic demand
     still to serve, kept up to date as rigid jobs are placed and removed."""
@@ -182,7 +163,7 @@ class DemandGuard:
 
     def short_at(self, k: int, t: int, length: int) -> np.ndarray:
         """(P,) bool: a k-GPU run of `length` steps from t in pool p leaves some
-        union short of the demand (`_short`, read at t)."""
+        union short of the demand (`_short_from`)."""
         out = np.zeros(self.subset_pools.shape[1], dtype=np.bool_)
         _short_from(self.slack, self.subset_pools, k, t, length, out)
         return out
@@ -208,6 +189,46 @@ class DemandGuard:
 
 
 @njit(cache=True)
+def lows(slack, k, after, out):
+    """out[u, t] for t >= after: the first step >= t at which union u has
+    less than k GPUs to spare (T if none). A k-GPU run [t, t + d) in a pool
+    leaves a union holding that pool short of the demand exactly when the
+    union's out[u, t] < min(t + d, T): one table per job size answers every
+    length."""
+    U, T = slack.shape
+    for u in range(U):
+        low = T
+        for t in range(T - 1, after - 1, -1):
+            if slack[u, t] < k:
+                low = t
+            out[u, t] = low
+
+
+@njit(cache=True)
+def _earliest_guarded(run, blocks, block_pool, k, d, after, low, subset_pools, out):
+    """gpualloc.core.blocks.earliest, guarded, with the shortness of each
+    pool at each step read from `lows`' table (only at the steps tried)."""
+    T = run.shape[0] - 1
+    U, P = subset_pools.shape
+    short = np.zeros(P, dtype=np.bool_)
+    for t in range(after, T):
+        need, end = min(d, T - t), min(t + d, T)
+        short[:] = False
+        for u in range(U):
+            if low[u, t] < end:
+                for p in range(P):
+                    short[p] = short[p] or subset_pools[u, p]
+        found = False
+        for i in range(blocks.shape[0]):
+            ok = not short[block_pool[i]] and block_free(run, blocks[i], k, t, need)
+            out[i] = ok
+            found = found or ok
+        if found:
+            return t
+    return T
+
+
+@njit(cache=True)
 def guarded_find(run, busy, blocks, block_pool, k, d, after, slack, subset_pools,
                  subset_priority, subset_replica, guarded, displace, value_per_step, gpu_node,
                  n_nodes):
@@ -218,14 +239,28 @@ def guarded_find(run, busy, blocks, block_pool, k, d, after, slack, subset_pools
     service beats that (gpualloc.core.blocks.best_displacing). The third
     value is true when no block is free from `after` on at all, guard or
     not (then no longer job of the class fits from then on either)."""
+    low = np.empty((slack.shape[0] if guarded else 0, busy.shape[0]), dtype=np.int64)
+    if guarded:
+        lows(slack, k, after, low)
+    return guarded_find_low(run, busy, blocks, block_pool, k, d, after, slack, subset_pools,
+                            subset_priority, subset_replica, guarded, displace,
+                            value_per_step, gpu_node, n_nodes, low)
+
+
+@njit(cache=True)
+def guarded_find_low(run, busy, blocks, block_pool, k, d, after, slack, subset_pools,
+                     subset_priority, subset_replica, guarded, displace, value_per_step,
+                     gpu_node, n_nodes, low):
+    """`guarded_find` with `lows`' table for k (valid from `after` on) given:
+    a serial insertion keeps one per job size while nothing is placed."""
     T = busy.shape[0]
     B = blocks.shape[0]
     P = subset_pools.shape[1]
-    short = np.zeros((P, T), dtype=np.bool_)
-    if guarded:
-        _short(slack, subset_pools, k, d, short, after)
     options = np.zeros(B, dtype=np.bool_)
-    t0 = earliest(run, blocks, block_pool, k, d, after, T, short, guarded, options)
+    if guarded:
+        t0 = _earliest_guarded(run, blocks, block_pool, k, d, after, low, subset_pools, options)
+    else:
+        t0 = earliest(run, blocks, block_pool, k, d, after, T, _NO_SHORT, False, options)
     none_free = t0 >= T and not guarded
     # A start before t0 is worth more than t0 only when the horizon cuts the
     # run at t0: the price is never negative, so no net value beats the run

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from gpualloc.core.blocks import update_runs
-from gpualloc.core.guard import _take, guarded_find, guarded_fit
+from gpualloc.core.guard import _take, guarded_find, guarded_find_low, guarded_fit, lows
 
 
 @njit(cache=True)
@@ -75,6 +75,15 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
     # all in the current state: later and longer jobs of the class fail too.
     failed_after = np.full(C, T + 1, dtype=np.int64)
     failed_d = np.zeros(C, dtype=np.int64)
+    # The guard's `lows` table per job size, kept until a placement moves the slack.
+    slot = np.full(gpus.max() + 1 if gpus.shape[0] else 1, -1, dtype=np.int64)
+    n_sizes = 0
+    for i in range(order.shape[0]):
+        if slot[gpus[order[i]]] < 0:
+            slot[gpus[order[i]]] = n_sizes
+            n_sizes += 1
+    low = np.empty((n_sizes, slack.shape[0] if guarded else 0, T), dtype=np.int64)
+    low_ok = np.zeros(n_sizes, dtype=np.bool_)
     placed = 0
     for i in range(order.shape[0]):
         j = order[i]
@@ -94,10 +103,14 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
                 after = max(after, not_before[i])
             if failed_after[c] <= after and failed_d[c] <= d:
                 continue
-            t, g, none_free = guarded_find(run, busy, class_blocks[lo:hi], block_pool[lo:hi], k,
-                                           d, after, slack, subset_pools, subset_priority,
-                                           subset_replica, guarded, True, priority[j] * k,
-                                           gpu_node, n_nodes)
+            x = slot[k]
+            if guarded and not low_ok[x]:
+                lows(slack, k, 0, low[x])
+                low_ok[x] = True
+            t, g, none_free = guarded_find_low(run, busy, class_blocks[lo:hi], block_pool[lo:hi],
+                                               k, d, after, slack, subset_pools, subset_priority,
+                                               subset_replica, guarded, True, priority[j] * k,
+                                               gpu_node, n_nodes, low[x])
             if t >= 0:
                 break
             if none_free and (failed_after[c] > T
@@ -108,6 +121,7 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
         place(j, t, g, k, t + min(d, T - t), busy, busy_gpus, owner, run, start_of, first_of,
               slack, subset_pools, gpu_pool)
         failed_after[:] = T + 1
+        low_ok[:] = False
         placed += 1
     return placed
 
