@@ -1,5 +1,6 @@
 """One plan per seed: the allocator's default search budget counts work
 (moves, patience), not seconds, so a busy machine gives the same plan."""
+import os
 import subprocess
 import sys
 
@@ -49,3 +50,32 @@ def test_same_seed_same_plan_whatever_the_thread_count(grid):
         assert torch.equal(plans[0].owner, p.owner)
         assert p.info["relaxed_objective"] == plans[0].info["relaxed_objective"]
     assert ga.check(s, plans[0]).ok
+
+
+VALUE = """
+import gpualloc as ga
+from gpualloc.core import priority_order
+from gpualloc.core.schedule import Schedule
+s = ga.generate("mixed", seed=0)
+sched = Schedule(s, discount=0.05)
+sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid])
+sched.fill_elastic()
+print(repr(sched.value()), repr(sched.ideal_value()))
+"""
+
+
+def test_discounted_values_do_not_depend_on_the_cpus_vector_width():
+    # numpy's sum adds in an order that follows the CPU's vector width; a
+    # replan compares discounted values (not integers), so the same seed
+    # gave another plan on a machine with AVX-512 (docs/results.md). The
+    # Schedule's values must be bit for bit those numpy computes with its
+    # vector code turned off (the baseline every x86-64 build has).
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    wide = [f for f in __cpu_dispatch__ if __cpu_features__.get(f)]
+    if not wide:
+        pytest.skip("numpy uses no wider vector code than its baseline on this CPU")
+    runs = [subprocess.run([sys.executable, "-c", VALUE], capture_output=True, text=True,
+                           check=True, env={**os.environ, **extra}).stdout
+            for extra in ({}, {"NPY_DISABLE_CPU_FEATURES": " ".join(wide)})]
+    assert runs[0] == runs[1] != ""

@@ -25,6 +25,16 @@ from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.scenario import Scenario
 
 
+
+def _sum(x: np.ndarray) -> float:
+    """The sum of x in index order. numpy's `sum` adds in an order that
+    depends on the CPU's vector width (AVX-512 or not): discounted values,
+    which are not integers, then differ in their last bits from machine to
+    machine, and a tie between two plans can break either way. One order
+    gives one plan per seed on every machine."""
+    return float(np.add.accumulate(x)[-1]) if len(x) else 0.0
+
+
 class Schedule:
     """Rigid placements on the (G, T) grid, the guard's slack, elastic service."""
 
@@ -228,7 +238,7 @@ class Schedule:
         steps = np.minimum(lay.duration[j], self.T - start)
         if self.discounted:
             steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        return float((self._worth[j] * steps).sum())
+        return _sum(self._worth[j] * steps)
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
         """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free:
@@ -256,7 +266,7 @@ class Schedule:
         return value
 
     def value(self) -> float:
-        return self.rigid_value() + float(self.elastic_value.sum())
+        return self.rigid_value() + _sum(self.elastic_value)
 
     def ideal_value(self) -> float:
         """A value no plan exceeds: every rigid job still to plan started at
@@ -267,12 +277,12 @@ class Schedule:
         steps = np.minimum(lay.duration[j], self.T - start)
         if self.discounted:
             steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        rigid = float((lay.priority[j] * lay.gpus[j] * steps).sum())
+        rigid = _sum(lay.priority[j] * lay.gpus[j] * steps)
         e = np.asarray(self.elastic, dtype=np.int64)
         per_step = ((lay.priority[e] * lay.gpus[e])[:, None] * self.demand[e]).sum(0)  # (T,)
         if self.discounted:
             per_step = per_step * self.step_weight
-        return rigid + float(per_step.sum())
+        return rigid + _sum(per_step)
 
     def _to_plan(self) -> np.ndarray:
         lay = self.lay
