@@ -114,16 +114,15 @@ def first_free(run, blocks, k, t, need, taken_cs):
 
 
 @njit(cache=True)
-def earliest(run, blocks, block_pool, k, d, after, T, short, guarded, out):
+def earliest(run, blocks, k, d, after, T, out):
     """The earliest start t in [after, T) at which some block is free for
-    min(d, T - t) steps (and, when guarded, its pool not short[pool, t]);
-    out[i] marks the blocks free then. Returns T when there is none."""
+    min(d, T - t) steps; out[i] marks the blocks free then. Returns T when
+    there is none. (Under the demand guard: gpualloc.core.guard.)"""
     for t in range(after, T):
         need = min(d, T - t)
         found = False
         for i in range(blocks.shape[0]):
-            ok = (not guarded or not short[block_pool[i], t]) and block_free(
-                run, blocks[i], k, t, need)
+            ok = block_free(run, blocks[i], k, t, need)
             out[i] = ok
             found = found or ok
         if found:

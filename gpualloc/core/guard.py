@@ -126,8 +126,6 @@ def guarded_fit(run, busy, blocks, block_pool, k, length, steps, d, t, slack, su
     return blocks[fewest_left(busy, t, blocks, ok, gpu_node, n_nodes)], False
 
 
-_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)
-
 
 class DemandGuard:
     """Slack of every union of elastic pool sets against the elastic demand
@@ -206,8 +204,9 @@ def lows(slack, k, after, out):
 
 @njit(cache=True)
 def _earliest_guarded(run, blocks, block_pool, k, d, after, low, subset_pools, out):
-    """gpualloc.core.blocks.earliest, guarded, with the shortness of each
-    pool at each step read from `lows`' table (only at the steps tried)."""
+    """gpualloc.core.blocks.earliest under the guard: a block counts only
+    where no union holding its pool runs short over the run, read from
+    `lows`' table (only at the steps tried)."""
     T = run.shape[0] - 1
     U, P = subset_pools.shape
     short = np.zeros(P, dtype=np.bool_)
@@ -260,7 +259,7 @@ def guarded_find_low(run, busy, blocks, block_pool, k, d, after, slack, subset_p
     if guarded:
         t0 = _earliest_guarded(run, blocks, block_pool, k, d, after, low, subset_pools, options)
     else:
-        t0 = earliest(run, blocks, block_pool, k, d, after, T, _NO_SHORT, False, options)
+        t0 = earliest(run, blocks, k, d, after, T, options)
     none_free = t0 >= T and not guarded
     # A start before t0 is worth more than t0 only when the horizon cuts the
     # run at t0: the price is never negative, so no net value beats the run

@@ -127,30 +127,23 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
 
 
 @njit(cache=True)
-def _mark(busy, busy_gpus, run, start, end, first, k, cells):
-    """busy[start:end, first:first + k] = cells (or True where cells is
-    None), with its count per step and its free runs."""
+def mark(busy, busy_gpus, run, start, end, first, k, fixed):
+    """busy[start:end, first:first + k] = True (`fixed` None: a reservation
+    held) or fixed >= 0 there (freed, but for the cells decided before
+    planning), with its count per step and its free runs."""
     for t in range(start, end):
         for g in range(first, first + k):
-            new = True if cells is None else cells[t, g] >= 0
+            new = True if fixed is None else fixed[t, g] >= 0
             busy_gpus[t] += int(new) - int(busy[t, g])
             busy[t, g] = new
     update_runs(busy, run, first, first + k, end)
 
 
 @njit(cache=True)
-def _steps(j, duration, closed, progress, restart_cost):
-    """Steps j's current (or next) segment needs (gpualloc.core.occupancy)."""
-    if closed[j] == 0:
-        return duration[j]
-    return restart_cost[j] + duration[j] - progress[j]
-
-
-@njit(cache=True)
 def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner, run, fixed,
-                    start_of, first_of, closed, progress, slack, subset_pools, subset_priority,
-                    subset_replica, gpus, duration, arrival, priority, restart_cost, job_class,
-                    class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):
+                    start_of, first_of, steps, slack, subset_pools, subset_priority,
+                    subset_replica, gpus, duration, arrival, priority, job_class, class_ptr,
+                    class_blocks, block_pool, gpu_pool, gpu_node, n_nodes):
     """Time-driven insertion of `jobs` from timestep t: at each event (an
     arrival, a job's end, a reservation's start), the waiting jobs in `rank`
     (J,) order start where they fit now, best fit under the demand guard;
@@ -158,7 +151,8 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
     reservation would protect). With `reserve`, the EASY pass: the first
     that does not fit holds its earliest later start, and the jobs behind it
     start only around that reservation, which is freed before the next
-    event. A job of a class whose shorter run just failed is not tried."""
+    event. A job of a class whose shorter run just failed is not tried.
+    `steps` (J,): each job's segment steps (Occupancy.steps_of)."""
     T = busy.shape[0]
     guarded = demand_aware and slack.shape[0] > 0
     n_classes = 1
@@ -195,7 +189,7 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
         started = np.zeros(n_wait, dtype=np.bool_)
         length = np.empty(n_wait, dtype=np.int64)
         for i in range(n_wait):
-            length[i] = min(_steps(waiting[i], duration, closed, progress, restart_cost), T - t)
+            length[i] = min(steps[waiting[i]], T - t)
         i = 0
         while i < n_wait:
             if ghost_start >= 0 or not reserve:  # only those that pass start's first test
@@ -210,13 +204,12 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
             c, k = job_class[j], gpus[j]
             lo, hi = class_ptr[c], class_ptr[c + 1]
             blocks, pools = class_blocks[lo:hi], block_pool[lo:hi]
-            steps = _steps(j, duration, closed, progress, restart_cost)
             first = -1
             if k <= free and length[i] < failed[c]:
                 value = float(priority[j]) * k
                 hard = True
                 if lo < hi:
-                    first, hard = guarded_fit(run, busy, blocks, pools, k, length[i], steps,
+                    first, hard = guarded_fit(run, busy, blocks, pools, k, length[i], steps[j],
                                               duration[j], t, slack, subset_pools,
                                               subset_priority, subset_replica, guarded, False,
                                               value, -1, gpu_node, n_nodes)
@@ -225,7 +218,7 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                     if not displaced and demand_aware:
                         displaced = True
                         if lo < hi:
-                            first, _ = guarded_fit(run, busy, blocks, pools, k, length[i], steps,
+                            first, _ = guarded_fit(run, busy, blocks, pools, k, length[i], steps[j],
                                                    duration[j], t, slack, subset_pools,
                                                    subset_priority, subset_replica, guarded,
                                                    True, value, -1, gpu_node, n_nodes)
@@ -245,8 +238,8 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                                             float(priority[j] * k), gpu_node, n_nodes)
                     if at >= 0:
                         ghost_start, ghost_first, ghost_k = at, g, k
-                        ghost_end = at + min(steps, T - at)
-                        _mark(busy, busy_gpus, run, ghost_start, ghost_end, g, k, None)
+                        ghost_end = at + min(steps[j], T - at)
+                        mark(busy, busy_gpus, run, ghost_start, ghost_end, g, k, None)
                         _take(slack, subset_pools, gpu_pool[g], ghost_start, ghost_end, k)
                         failed[:] = 1 << 30
                 held = ghost_start >= 0
@@ -258,7 +251,7 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                 kept += 1
         n_wait = kept
         if ghost_start >= 0:
-            _mark(busy, busy_gpus, run, ghost_start, ghost_end, ghost_first, ghost_k, fixed)
+            mark(busy, busy_gpus, run, ghost_start, ghost_end, ghost_first, ghost_k, fixed)
             _take(slack, subset_pools, gpu_pool[ghost_first], ghost_start, ghost_end, -ghost_k)
         nt = T
         live = 0

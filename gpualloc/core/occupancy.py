@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpualloc.core import blocks as kb
-from gpualloc.core.insert import place, unplace
+from gpualloc.core.insert import mark, place, unplace
 from gpualloc.core.layout import Layout
 from gpualloc.plan import IDLE
 
@@ -101,14 +101,12 @@ class Occupancy:
             return min(self.durations[j], self.T - start)
         return min(self.steps(j), self.T - start)
 
-    def _mark(self, start: int, end: int, first: int, k: int, cells) -> None:
-        """busy[start:end, first:first + k] = cells, with its count per step and
-        its free runs."""
-        block = self.busy[start:end, first:first + k]  # (L, k) a view
-        self.busy_gpus[start:end] -= block.sum(1)
-        block[...] = cells
-        self.busy_gpus[start:end] += block.sum(1)
-        kb.update_runs(self.busy, self.run, first, first + k, end)
+    def _mark(self, start: int, end: int, first: int, k: int, held: bool) -> None:
+        """The cells [start, end) x [first, first + k) busy (`held`) or as the
+        fixed cells leave them, with their count per step and their free runs
+        (gpualloc.core.insert.mark)."""
+        mark(self.busy, self.busy_gpus, self.run, start, end, first, k,
+             None if held else self.fixed)
         self.version += 1
 
     def lengths(self, jobs: np.ndarray, start: int) -> np.ndarray:
@@ -164,7 +162,7 @@ class Occupancy:
         rows, cols = slice(t, end), slice(first, first + k)
         self.fixed[rows, cols] = np.where(self.fixed[rows, cols] == j, IDLE, self.fixed[rows, cols])
         self.owner[rows, cols] = IDLE
-        self._mark(t, end, first, k, self.fixed[rows, cols] >= 0)
+        self._mark(t, end, first, k, held=False)
         self.progress[j] += max(t - start - self.restoring(j), 0)
         self.closed[j] += 1
         self.start[j] = self.first[j] = -1
@@ -181,7 +179,7 @@ class Occupancy:
         """EASY reservation: GPUs [first, first + k) over [start, end) are
         held for the head of a queue; later placements must not overlap them.
         Held cells are busy but owned by no job; `release` frees them."""
-        self._mark(start, end, first, k, True)
+        self._mark(start, end, first, k, held=True)
         self.held = (start, end, first, k)
 
     def release(self) -> tuple[int, int, int, int] | None:
@@ -189,7 +187,7 @@ class Occupancy:
         held, self.held = self.held, None
         if held is not None:
             start, end, first, k = held
-            self._mark(start, end, first, k, self.fixed[start:end, first:first + k] >= 0)
+            self._mark(start, end, first, k, held=False)
             return held
 
     def busy_unheld(self, t: int) -> np.ndarray:
@@ -234,20 +232,15 @@ class Occupancy:
         kb.free_blocks(self.run if run is None else run, b, int(self.lay.gpus[j]), t, need, out)
         return out
 
-    def earliest(self, j: int, after: int, short: np.ndarray | None = None,
-                 run: np.ndarray | None = None):
+    def earliest(self, j: int, after: int, run: np.ndarray | None = None):
         """(t, (B,) bool blocks free then): the earliest start >= after at which
-        j fits for its whole run (cut by the horizon), avoiding pools marked in
-        short (P, T) when given; (T, None) when it fits nowhere. `run`: as in
-        `free_at`."""
+        j fits for its whole run (cut by the horizon); (T, None) when it fits
+        nowhere. `run`: as in `free_at`."""
         lay = self.lay
         b = lay.blocks(j)
         out = np.zeros(len(b), dtype=np.bool_)
-        guarded = short is not None
-        t = kb.earliest(self.run if run is None else run, b, lay.job_block_pool(j),
-                        int(lay.gpus[j]),
-                        self.steps(j), after, self.T,
-                        short if guarded else _NO_SHORT, guarded, out)
+        t = kb.earliest(self.run if run is None else run, b, int(lay.gpus[j]), self.steps(j),
+                        after, self.T, out)
         return (t, out) if t < self.T else (self.T, None)
 
     def cheapest_eviction(self, j: int, t: int, victims: list[int], weight: np.ndarray,
@@ -287,5 +280,3 @@ class Occupancy:
         """(T, G) int64: placed jobs, fixed cells elsewhere."""
         return np.where(self.owner >= 0, self.owner, self.fixed)
 
-
-_NO_SHORT = np.zeros((1, 1), dtype=np.bool_)

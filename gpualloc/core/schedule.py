@@ -25,7 +25,6 @@ from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.scenario import Scenario
 
 
-
 def _sum(x: np.ndarray) -> float:
     """The sum of x in index order. numpy's `sum` adds in an order that
     depends on the CPU's vector width (AVX-512 or not): discounted values,
@@ -277,7 +276,7 @@ class Schedule:
         steps = np.minimum(lay.duration[j], self.T - start)
         if self.discounted:
             steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        rigid = _sum(lay.priority[j] * lay.gpus[j] * steps)
+        rigid = _sum(self._worth[j] * steps)
         e = np.asarray(self.elastic, dtype=np.int64)
         per_step = ((lay.priority[e] * lay.gpus[e])[:, None] * self.demand[e]).sum(0)  # (T,)
         if self.discounted:

@@ -54,9 +54,8 @@ def insert_parallel(sched: Schedule, jobs: list[int], rank: dict[int, float], t:
     order[list(rank)] = list(rank.values())
     compiled_parallel(
         np.asarray(jobs, dtype=np.int64), order, t, reserve, demand_aware, occ.busy,
-        occ.busy_gpus, occ.owner, occ.run, occ.fixed, occ.start, occ.first, occ.closed,
-        occ.progress, guard.slack, guard.subset_pools, guard.subset_priority,
-        guard.subset_replica, lay.gpus, lay.duration, lay.arrival, lay.priority,
-        lay.restart_cost, lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool,
-        lay.gpu_pool, lay.gpu_node, lay.N)
+        occ.busy_gpus, occ.owner, occ.run, occ.fixed, occ.start, occ.first,
+        occ.steps_of(np.arange(lay.J)), guard.slack, guard.subset_pools, guard.subset_priority,
+        guard.subset_replica, lay.gpus, lay.duration, lay.arrival, lay.priority, lay.job_class,
+        lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool, lay.gpu_node, lay.N)
     occ.version += 1
