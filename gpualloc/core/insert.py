@@ -65,10 +65,10 @@ def unplace(jobs, ends, busy, busy_gpus, owner, run, start_of, first_of, slack, 
 def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, first_of, slack,
                   subset_pools, subset_priority, subset_replica, guarded, gpus, duration,
                   arrival, priority, job_class, class_ptr, class_blocks, block_pool, gpu_pool,
-                  gpu_node, n_nodes):
+                  gpu_node, n_nodes, span):
     """Each job of `order` not placed yet at its earliest feasible start: from
     not_before[i] first when it is >= 0, else (or failing that) from its
-    arrival. Returns how many were placed."""
+    arrival. Returns how many were placed; span (2,) widens to their runs."""
     T = busy.shape[0]
     C = class_ptr.shape[0] - 1
     # Per class, the earliest `after` and shortest run with no free block at
@@ -118,8 +118,10 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
                 failed_after[c], failed_d[c] = after, d
         if t < 0:
             continue
-        place(j, t, g, k, t + min(d, T - t), busy, busy_gpus, owner, run, start_of, first_of,
+        end = t + min(d, T - t)
+        place(j, t, g, k, end, busy, busy_gpus, owner, run, start_of, first_of,
               slack, subset_pools, gpu_pool)
+        span[0], span[1] = min(span[0], t), max(span[1], end)
         failed_after[:] = T + 1
         low_ok[:] = False
         placed += 1

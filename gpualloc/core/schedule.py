@@ -13,6 +13,7 @@ import random
 
 import numpy as np
 import torch
+from numba import njit
 
 from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
                            time_major)
@@ -23,6 +24,46 @@ from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.classes import restricted_first, serve, unions
 from gpualloc.scenario import Scenario
+
+
+@njit(cache=True)
+def _rigid_value(start, duration, worth, cum_weight, discounted):
+    """(value, earliness) of the placed rigid jobs (start >= 0), added in
+    index order: Schedule.rigid_value and Schedule.earliness in one pass."""
+    T = cum_weight.shape[0] - 1
+    value = early = 0.0
+    for j in range(start.shape[0]):
+        t = start[j]
+        if t < 0:
+            continue
+        steps = min(duration[j], T - t)
+        if discounted:
+            value += worth[j] * (cum_weight[t + steps] - cum_weight[t])
+        else:
+            value += worth[j] * steps
+        early += worth[j] * (T - t)
+    return value, early
+
+
+@njit(cache=True)
+def _clear_costs(busy, fixed, start, end, blocks, k):
+    """(B,) float64: busy cells of each block [b, b + k) over [start, end),
+    inf where a fixed cell lies in it."""
+    G = busy.shape[1]
+    busy_cs = np.zeros(G + 1, dtype=np.int64)
+    fixed_cs = np.zeros(G + 1, dtype=np.int64)
+    for g in range(G):
+        n, f = 0, False
+        for t in range(start, end):
+            n += busy[t, g]
+            f = f or fixed[t, g] >= 0
+        busy_cs[g + 1] = busy_cs[g] + n
+        fixed_cs[g + 1] = fixed_cs[g] + f
+    cost = np.empty(blocks.shape[0], dtype=np.float64)
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        cost[i] = np.inf if fixed_cs[b + k] > fixed_cs[b] else float(busy_cs[b + k] - busy_cs[b])
+    return cost
 
 
 def _sum(x: np.ndarray) -> float:
@@ -60,7 +101,9 @@ class Schedule:
         self._order_arrival = lay.arrival[order]
         self._order_worth = (lay.priority[order] * lay.gpus[order]).astype(np.float64)
         self._worth = lay.priority * lay.gpus  # (J,) a rigid job's value per step
+        self._plannable = lay.rigid & ~self.done & ~lay.unplaceable  # (J,)
         self._packing = {}  # arrived services (mask bytes) -> them, packing order, worths, GPUs
+        self._packing_at = {}  # the end of a span -> the entry of its arrived services
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -105,18 +148,16 @@ class Schedule:
     def remove(self, j: int) -> None:
         self.occ.remove(j, self.guard.slack, self.guard.subset_pools)
 
-    def _runs(self, jobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The placed jobs of `jobs`, their starts and ends."""
+    def take_out(self, jobs, lo: int, hi: int) -> tuple[int, int]:
+        """`remove_all(jobs)`; returns [lo, hi) widened to the runs they had
+        (`span` before the removal)."""
         jobs = np.asarray(jobs, dtype=np.int64)
         jobs = jobs[self.occ.start[jobs] >= 0]
-        start = self.occ.start[jobs]
-        return jobs, start, start + np.minimum(self.occ.steps_of(jobs), self.T - start)
-
-    def span(self, jobs, lo: int, hi: int) -> tuple[int, int]:
-        """[lo, hi) widened to the runs of the placed jobs of `jobs`."""
-        _, start, end = self._runs(jobs)
-        if len(start):
+        if len(jobs):
+            start = self.occ.start[jobs]
+            end = start + np.minimum(self.occ.steps_of(jobs), self.T - start)
             lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
+            self.occ.remove_runs(jobs, end, self.guard.slack, self.guard.subset_pools)
         return lo, hi
 
     def remove_all(self, jobs) -> None:
@@ -192,12 +233,7 @@ class Schedule:
         if len(blocks) == 0 or start < lay.arrival[j]:
             return None
         k, end = int(lay.gpus[j]), start + self.length(j, start)
-        fixed = np.zeros(self.G + 1, dtype=np.int64)
-        fixed[1:] = np.cumsum((self.occ.fixed[start:end] >= 0).any(0))
-        busy = np.zeros(self.G + 1, dtype=np.int64)
-        busy[1:] = np.cumsum(self.busy[start:end].sum(0))
-        cost = (busy[blocks + k] - busy[blocks]).astype(np.float64)
-        cost[fixed[blocks + k] - fixed[blocks] > 0] = np.inf
+        cost = _clear_costs(self.busy, self.occ.fixed, start, end, blocks, k)
         cost += 0.5 * np.random.default_rng(rng.getrandbits(62)).random(len(blocks))
         b = int(np.argmin(cost))
         if not np.isfinite(cost[b]):
@@ -209,10 +245,12 @@ class Schedule:
         self.place(j, start, first)
         return victims
 
-    def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None) -> int:
+    def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None,
+                   span: np.ndarray | None = None) -> int:
         """`find` and `place` for each job of `order` not placed yet, in order (from
         at[j] first, when given), in one compiled loop. Returns how many
-        were placed."""
+        were placed; `span` (2,) int64 [lo, hi), when given, widens to their
+        runs."""
         lay, occ, guard = self.lay, self.occ, self.guard
         order = np.asarray(order, dtype=np.int64)
         not_before = np.full(len(order), -1, dtype=np.int64)
@@ -224,20 +262,13 @@ class Schedule:
             guard.slack, guard.subset_pools, guard.subset_priority, guard.subset_replica,
             demand_aware and guard.U > 0, lay.gpus, lay.duration, lay.arrival, lay.priority,
             lay.job_class, lay.class_ptr, lay.class_blocks, lay.block_pool, lay.gpu_pool,
-            lay.gpu_node, lay.N)
+            lay.gpu_node, lay.N, np.array([self.T, 0], dtype=np.int64) if span is None else span)
         return placed
 
     # ---- value ---------------------------------------------------------------------------
-    def _placed(self) -> np.ndarray:
-        return np.nonzero(self.start >= 0)[0]
-
     def rigid_value(self) -> float:
-        lay, j = self.lay, self._placed()
-        start = self.start[j]
-        steps = np.minimum(lay.duration[j], self.T - start)
-        if self.discounted:
-            steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        return _sum(self._worth[j] * steps)
+        return _rigid_value(self.start, self.lay.duration, self._worth, self.cum_weight,
+                            self.discounted)[0]
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
         """Serve elastic demand in [t0, t1) on GPUs the rigid jobs leave free:
@@ -247,13 +278,15 @@ class Schedule:
         elastic value and, when `owner` (T, G) is given, writes the replicas."""
         lay = self.lay
         t1 = self.T if t1 is None else t1
-        arrived = self._order_arrival < t1
-        key = arrived.tobytes()
-        if key not in self._packing:
-            jobs = self._order[arrived]
-            self._packing[key] = (jobs, restricted_first(lay, jobs) if len(jobs) else None,
-                                  self._order_worth[arrived], lay.gpus[jobs])
-        jobs, packing, worth, gpus = self._packing[key]
+        if t1 not in self._packing_at:
+            arrived = self._order_arrival < t1
+            key = arrived.tobytes()
+            if key not in self._packing:
+                jobs = self._order[arrived]
+                self._packing[key] = (jobs, restricted_first(lay, jobs) if len(jobs) else None,
+                                      self._order_worth[arrived], lay.gpus[jobs])
+            self._packing_at[t1] = self._packing[key]
+        jobs, packing, worth, gpus = self._packing_at[t1]
         free = ~self.busy[t0:t1]  # (C, G)
         served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
                        self.demand[jobs, t0:t1], False, self.classes, packing)
@@ -302,8 +335,8 @@ class Schedule:
         horizon: among plans of equal value, the one that starts important
         work sooner. The objective does not see when work runs, but a plan
         that is replanned (online mode) loses what it postponed."""
-        j = self._placed()
-        return float((self._worth[j] * (self.T - self.start[j])).sum())
+        return _rigid_value(self.start, self.lay.duration, self._worth, self.cum_weight,
+                            self.discounted)[1]
 
     # ---- plans -----------------------------------------------------------------------------
     def owner(self) -> torch.Tensor:
@@ -322,8 +355,7 @@ class Schedule:
         self.guard.restore(slack)
 
     def waiting(self) -> list[int]:
-        lay = self.lay
-        return np.nonzero(lay.rigid & (self.start < 0) & ~self.done & ~lay.unplaceable)[0].tolist()
+        return np.flatnonzero(self._plannable & (self.start < 0)).tolist()
 
 
 def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,

@@ -90,7 +90,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
                 start = max(guide[1][j], arrival[j])
             else:
                 # Starts where GPUs sit idle are the promising ones.
-                idle = (sched.G - sched.busy.sum(1) - sched.elastic_used)[arrival[j]:]  # (T',)
+                idle = (sched.G - sched.occ.busy_gpus - sched.elastic_used)[arrival[j]:]  # (T',)
                 weights = (idle + 0.1).tolist()
                 start = arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
             victims = sched.clear_for(j, start, rng)
@@ -108,12 +108,11 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
                 ruin_nodes = np.zeros(n_nodes, dtype=np.bool_)
                 ruin_nodes[rng.sample(range(n_nodes), rng.randint(1, max(1, n_nodes // 2)))] = True
             start = sched.start
-            inside = (start >= 0) & (start >= a) & (start < window_end)  # (J,)
+            inside = (start >= a) & (start < window_end)  # (J,) placed: a >= 0
             if ruin_nodes is not None:
                 inside &= ruin_nodes[lay.gpu_node[np.maximum(sched.first, 0)]]
-            removed = np.nonzero(inside)[0].tolist()
-        lo, hi = sched.span(removed, lo, hi)
-        sched.remove_all(removed)
+            removed = np.flatnonzero(inside).tolist()
+        lo, hi = sched.take_out(removed, lo, hi)
         # Waiting now: those before the move but the one forced in, and the
         # removed (which are candidates already).
         others = [j for j in waiting if j != forced and arrival[j] < window_end]
@@ -122,8 +121,9 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
         candidates = removed + others
         key = {j: -priority[j] + noise * rng.random() for j in candidates}
         candidates.sort(key=lambda j: key[j])
-        sched.insert_all(candidates, demand_aware)
-        lo, hi = sched.span(candidates, lo, hi)
+        span = np.array([lo, hi], dtype=np.int64)
+        sched.insert_all(candidates, demand_aware, span=span)
+        lo, hi = int(span[0]), int(span[1])
         if hi > lo:
             sched.fill_elastic(lo, hi)
         value = sched.value()
