@@ -1,5 +1,7 @@
+import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -340,3 +342,57 @@ def test_a_plan_that_runs_everything_at_once_is_returned_without_search():
     contended = ga.generate("mixed", seed=0, horizon=48)
     plan = allocator(contended, QUICK, rivals=rivals())
     assert "optimal" not in plan.info and check(contended, plan.owner).ok
+
+
+
+def test_the_search_value_after_each_move_is_its_plans():
+    # A move re-serves the elastic demand only over the steps it changed; a
+    # job forced in frees its victims' whole runs, and a value that missed
+    # those steps would judge the next moves on a plan it does not hold (it
+    # did, on this scenario: online's discounted values, from move 66).
+    from gpualloc.core import priority_order
+    from gpualloc.core.schedule import Schedule
+    from gpualloc.policies.allocator.search import improve
+    import gpualloc as ga
+
+    s = ga.generate("training_heavy", seed=0)
+    sched = Schedule(s, discount=0.05)
+    sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid])
+    sched.fill_elastic()
+    stale = []
+
+    def fresh(it, best):
+        whole = sched.copy()
+        whole.fill_elastic()
+        if abs(whole.value() - sched.value()) > 1e-9 * abs(whole.value()):
+            stale.append(it)
+
+    assert improve(sched, 120, seed=1, progress=fresh).iterations == 120
+    assert stale == []
+
+
+
+def test_clearing_a_block_reports_every_step_it_changed():
+    from gpualloc.core import priority_order
+    from gpualloc.core.schedule import Schedule
+
+    cleared = 0
+    for seed in range(12):
+        s = _walks(seed)
+        sched = Schedule(s)
+        sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid])
+        rng = random.Random(seed)
+        for j in np.flatnonzero(s.rigid.numpy()).tolist():
+            kept = sched.snapshot()
+            if sched.start[j] >= 0:
+                sched.remove(j)
+            owner = sched.occ.owner.copy()  # (T, G)
+            start = s.jobs[j].arrival + rng.randrange(0, 6)
+            out = sched.clear_for(j, start, rng) if start < sched.T else None
+            if out is not None:
+                victims, lo, hi = out
+                changed = np.flatnonzero((sched.occ.owner != owner).any(1))
+                assert lo <= changed.min() and changed.max() < hi
+                cleared += len(victims) > 0
+            sched.restore(kept)
+    assert cleared >= 8

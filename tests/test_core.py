@@ -301,7 +301,8 @@ def test_schedule_value_is_the_objective(s, discount):
 @settings(max_examples=30)
 def test_removing_many_jobs_at_once_is_removing_each(s, data):
     # A search move removes its jobs in one compiled call; the occupancy, its
-    # free runs and the guard's slack must come out as one `remove` each gives.
+    # free runs and the guard's slack must come out as one `remove` each gives,
+    # and the steps it reports changed are those the runs held.
     from gpualloc.core import priority_order
     from gpualloc.core.schedule import Schedule
 
@@ -313,7 +314,10 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
     one, each = placed(), placed()
     jobs = np.nonzero(one.start >= 0)[0].tolist()
     gone = data.draw(st.lists(st.sampled_from(jobs), unique=True) if jobs else st.just([]))
-    one.remove_all(gone)
+    runs = [(int(one.start[j]), int(one.start[j]) + one.length(j, int(one.start[j])))
+             for j in gone]
+    assert one.take_out(gone, one.T, 0) == (min((a for a, _ in runs), default=one.T),
+                                            max((b for _, b in runs), default=0))
     for j in gone:
         each.remove(j)
     for a, b in ((one.occ.busy, each.occ.busy), (one.occ.owner, each.occ.owner),

@@ -149,8 +149,8 @@ class Schedule:
         self.occ.remove(j, self.guard.slack, self.guard.subset_pools)
 
     def take_out(self, jobs, lo: int, hi: int) -> tuple[int, int]:
-        """`remove_all(jobs)`; returns [lo, hi) widened to the runs they had
-        (`span` before the removal)."""
+        """`remove` for each placed job of `jobs`, in one compiled call;
+        returns [lo, hi) widened to the steps their runs held."""
         jobs = np.asarray(jobs, dtype=np.int64)
         jobs = jobs[self.occ.start[jobs] >= 0]
         if len(jobs):
@@ -159,12 +159,6 @@ class Schedule:
             lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
             self.occ.remove_runs(jobs, end, self.guard.slack, self.guard.subset_pools)
         return lo, hi
-
-    def remove_all(self, jobs) -> None:
-        """`remove` for each placed job of `jobs`."""
-        jobs = np.asarray(jobs, dtype=np.int64)
-        self.occ.remove_all(jobs[self.start[jobs] >= 0], self.guard.slack,
-                            self.guard.subset_pools)
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind
@@ -223,11 +217,14 @@ class Schedule:
             -1 if prefer is None else prefer, lay.gpu_node, lay.N)
         return (None if first < 0 else int(first)), hard
 
-    def clear_for(self, j: int, start: int, rng: random.Random) -> list[int] | None:
+    def clear_for(self, j: int, start: int,
+                  rng: random.Random) -> tuple[list[int], int, int] | None:
         """Make room for rigid job j at `start`: on the candidate block with the
         fewest busy cells over its run (no fixed cell; ties to a random one),
-        remove the rigid jobs there. Returns the removed jobs, or None when no
-        block can be cleared."""
+        remove the rigid jobs there, and place j. Returns the removed jobs
+        and the steps [lo, hi) that changed (j's run and the removed jobs'
+        runs: the elastic service there is stale), or None when no block
+        can be cleared."""
         lay = self.lay
         blocks = lay.blocks(j)
         if len(blocks) == 0 or start < lay.arrival[j]:
@@ -241,9 +238,9 @@ class Schedule:
         first = int(blocks[b])
         held = self.occ.owner[start:end, first:first + k]
         victims = np.unique(held[held >= 0]).tolist()
-        self.remove_all(victims)
+        lo, hi = self.take_out(victims, start, end)
         self.place(j, start, first)
-        return victims
+        return victims, lo, hi
 
     def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None,
                    span: np.ndarray | None = None) -> int:

@@ -93,11 +93,10 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
                 idle = (sched.G - sched.occ.busy_gpus - sched.elastic_used)[arrival[j]:]  # (T',)
                 weights = (idle + 0.1).tolist()
                 start = arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
-            victims = sched.clear_for(j, start, rng)
-            if victims is None:
+            cleared = sched.clear_for(j, start, rng)
+            if cleared is None:
                 continue
-            removed, forced = victims, j
-            lo, hi = start, start + sched.length(j, start)
+            (removed, lo, hi), forced = cleared, j
             window_end = T
         else:
             width = rng.randint(min(window[0], T), min(window[1], T))
@@ -112,7 +111,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             if ruin_nodes is not None:
                 inside &= ruin_nodes[lay.gpu_node[np.maximum(sched.first, 0)]]
             removed = np.flatnonzero(inside).tolist()
-        lo, hi = sched.take_out(removed, lo, hi)
+            lo, hi = sched.take_out(removed, lo, hi)
         # Waiting now: those before the move but the one forced in, and the
         # removed (which are candidates already).
         others = [j for j in waiting if j != forced and arrival[j] < window_end]
