@@ -177,7 +177,7 @@ class SolverConfig:
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
         r.pair("ruin_window", "[1, inf)", integer=True)
-        # seed: any integer seeds the search (random.Random); the run's seed is checked.
+        # seed: any integer seeds the search (its own random stream); the run's seed is checked.
         r.one_of("grid", GRIDS)
         r.number("dense_max_cells", "[0, inf)", integer=True)
         r.number("window_slack", "[0, inf)", integer=True)

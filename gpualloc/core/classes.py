@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from gpualloc.core.pack import fill_elastic
+from gpualloc.core.pack import fill
 
 
 def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
@@ -103,23 +103,62 @@ def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need
     given), need (E, C): with `subsets` (unions of classes), per column the
     better (priority x GPUs) of the counts Hall's condition admits by
     priority, packed in `order` (positions in `jobs`, e.g. restricted_first),
-    and fill_elastic in the order of service; without, the latter only."""
-    if subsets is None or len(subsets) == 1 or not len(jobs):
+    and fill_elastic in the order of service; without, the latter only. One
+    compiled call (`serve_columns`)."""
+    jobs = np.asarray(jobs, dtype=np.int64)
+    out = np.zeros((len(jobs), free.shape[0]), dtype=np.int64)
+    if len(jobs) == 0 or free.shape[0] == 0:
+        return out
+    serve_columns(free, _NO_OWNER if owner is None else owner,
+                  jobs if owner is not None else np.full(len(jobs), -1, dtype=np.int64),
+                  np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs], lay.pool_ok[jobs],
+                  lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes, high,
+                  lay.gpu_node, _NO_SUBSETS if subsets is None else subsets, lay.gpu_pool,
+                  _NO_ORDER if order is None else order,
+                  (lay.priority[jobs] * lay.gpus[jobs]).astype(np.float64), owner is not None, out)
+    return out
+
+
+_NO_OWNER = np.zeros((1, 1), dtype=np.int64)
+_NO_SUBSETS = np.zeros((0, 1), dtype=np.bool_)
+_NO_ORDER = np.zeros(0, dtype=np.int64)
+
+
+@njit(cache=True)
+def serve_columns(free, owner, labels, need, gpus, pool_ok, node_first, node_end, node_pool,
+                  pool_gpn, pool_nodes, high, gpu_node, subset_pools, gpu_pool, order, worth,
+                  has_owner, out):
+    """`serve`, compiled: services (E,) by their GPUs, pools and worths (one
+    replica-step's value), labels (E,) written into owner (C, G) where
+    has_owner; served replicas into out (E, C)."""
+    C = free.shape[0]
+    E = gpus.shape[0]
+    first = np.zeros(C, dtype=np.int64)
+    if subset_pools.shape[0] <= 1 or E == 0:
         # One class (every service on the same pools): nothing confined to
         # protect, the plain fill in the order of service is the rule.
-        return fill_elastic(lay, free, owner, jobs, need, high=high)
+        fill(free, owner, labels, need, gpus, pool_ok, node_first, node_end, node_pool, pool_gpn,
+             pool_nodes, high, out, gpu_node, first)
+        return
     plain_free = free.copy()
-    plain_owner = None if owner is None else owner.copy()
-    plain = fill_elastic(lay, plain_free, plain_owner, jobs, need, high=high)  # (E, C)
-    admitted = hall_served(lay, subsets, free, jobs, need)
-    out = np.zeros(need.shape, dtype=np.int64)
-    out[order] = fill_elastic(lay, free, owner, [jobs[i] for i in order.tolist()],
-                              admitted[order], high=high)
-    w = (lay.priority[jobs] * lay.gpus[jobs]).astype(np.float64)  # (E,) value of a replica
-    keep = w @ plain > w @ out  # (C,) columns where the plain fill serves more
-    if keep.any():
-        out[:, keep] = plain[:, keep]
-        free[keep] = plain_free[keep]
-        if owner is not None:
-            owner[keep] = plain_owner[keep]
-    return out
+    plain_owner = owner.copy()
+    plain = np.zeros_like(out)
+    fill(plain_free, plain_owner, labels, need, gpus, pool_ok, node_first, node_end, node_pool,
+         pool_gpn, pool_nodes, high, plain, gpu_node, first)
+    admitted = np.zeros_like(out)
+    _hall(subset_pools, gpu_pool, free, gpus, pool_ok, need, admitted)
+    packed = np.zeros_like(out)
+    fill(free, owner, labels[order], admitted[order], gpus[order], pool_ok[order], node_first,
+         node_end, node_pool, pool_gpn, pool_nodes, high, packed, gpu_node, first)
+    for x in range(E):
+        out[order[x]] = packed[x]
+    for c in range(C):  # columns where the plain fill serves more
+        a = b = 0.0
+        for i in range(E):
+            a += worth[i] * plain[i, c]
+            b += worth[i] * out[i, c]
+        if a > b:
+            out[:, c] = plain[:, c]
+            free[c] = plain_free[c]
+            if has_owner:
+                owner[c] = plain_owner[c]

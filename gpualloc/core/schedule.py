@@ -9,7 +9,6 @@ waiting), and the objective's value, discounted when asked.
 from __future__ import annotations
 
 import copy
-import random
 
 import numpy as np
 import torch
@@ -43,27 +42,6 @@ def _rigid_value(start, duration, worth, cum_weight, discounted):
             value += worth[j] * steps
         early += worth[j] * (T - t)
     return value, early
-
-
-@njit(cache=True)
-def _clear_costs(busy, fixed, start, end, blocks, k):
-    """(B,) float64: busy cells of each block [b, b + k) over [start, end),
-    inf where a fixed cell lies in it."""
-    G = busy.shape[1]
-    busy_cs = np.zeros(G + 1, dtype=np.int64)
-    fixed_cs = np.zeros(G + 1, dtype=np.int64)
-    for g in range(G):
-        n, f = 0, False
-        for t in range(start, end):
-            n += busy[t, g]
-            f = f or fixed[t, g] >= 0
-        busy_cs[g + 1] = busy_cs[g] + n
-        fixed_cs[g + 1] = fixed_cs[g] + f
-    cost = np.empty(blocks.shape[0], dtype=np.float64)
-    for i in range(blocks.shape[0]):
-        b = blocks[i]
-        cost[i] = np.inf if fixed_cs[b + k] > fixed_cs[b] else float(busy_cs[b + k] - busy_cs[b])
-    return cost
 
 
 def _sum(x: np.ndarray) -> float:
@@ -216,31 +194,6 @@ class Schedule:
             demand_aware and guard.U > 0, displace, float(lay.priority[j]) * k,
             -1 if prefer is None else prefer, lay.gpu_node, lay.N)
         return (None if first < 0 else int(first)), hard
-
-    def clear_for(self, j: int, start: int,
-                  rng: random.Random) -> tuple[list[int], int, int] | None:
-        """Make room for rigid job j at `start`: on the candidate block with the
-        fewest busy cells over its run (no fixed cell; ties to a random one),
-        remove the rigid jobs there, and place j. Returns the removed jobs
-        and the steps [lo, hi) that changed (j's run and the removed jobs'
-        runs: the elastic service there is stale), or None when no block
-        can be cleared."""
-        lay = self.lay
-        blocks = lay.blocks(j)
-        if len(blocks) == 0 or start < lay.arrival[j]:
-            return None
-        k, end = int(lay.gpus[j]), start + self.length(j, start)
-        cost = _clear_costs(self.busy, self.occ.fixed, start, end, blocks, k)
-        cost += 0.5 * np.random.default_rng(rng.getrandbits(62)).random(len(blocks))
-        b = int(np.argmin(cost))
-        if not np.isfinite(cost[b]):
-            return None
-        first = int(blocks[b])
-        held = self.occ.owner[start:end, first:first + k]
-        victims = np.unique(held[held >= 0]).tolist()
-        lo, hi = self.take_out(victims, start, end)
-        self.place(j, start, first)
-        return victims, lo, hi
 
     def insert_all(self, order, demand_aware: bool = True, at: dict[int, int] | None = None,
                    span: np.ndarray | None = None) -> int:

@@ -190,9 +190,9 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
                            desc=f"search {s.name}", unit="move", leave=False,
                            disable=not cfg.progress)
 
-        def tick(_, value):
+        def tick(moves, value):
             bar.set_postfix(objective=f"{value:.0f}", refresh=False)
-            bar.update()
+            bar.update(moves)
 
         limit = getattr(cfg, "time_limit_s", None)
         search = dict(window=tuple(cfg.ruin_window), demand_aware=cfg.demand_aware, guide=guide,

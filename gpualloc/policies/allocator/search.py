@@ -2,18 +2,22 @@
 
 Ruin and recreate on the placement core: empty a time window (or force in a
 waiting job), re-insert in a randomized priority order, keep the move when
-the objective does not drop. Each move costs a few compiled block searches,
-so the time saved by the core goes here (`SolverConfig.time_limit_s`).
+the objective does not drop. The whole move is one compiled loop (`_walk`)
+over the Schedule's arrays: the core's insertion, removal and elastic
+service, and a random stream of its own, seeded per call (one plan per seed
+on any machine).
 """
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from gpualloc.core.schedule import Schedule
+from gpualloc.core.classes import _NO_SUBSETS, serve_columns
+from gpualloc.core.insert import insert_serial, place, unplace
+from gpualloc.core.schedule import Schedule, _rigid_value
 
 
 @dataclass
@@ -34,7 +38,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
             guide: tuple[list[float], list[int]] | None = None, patience: int = 0,
             time_limit_s: float | None = None, accept_worse: float = 0.0,
-            progress=None) -> SearchStats:
+            progress=None, chunk: int | None = None) -> SearchStats:
     """Local search on the exact objective; never returns a worse schedule.
 
     Two moves, half the time each:
@@ -53,112 +57,345 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
     search returns.
     With `patience`, the search stops after that many moves in a row without
     a strict improvement; with `time_limit_s`, when that many seconds have
-    passed (anytime: the plan only improves with more time, but a run that
-    stops on the clock depends on the machine's speed)."""
-    rng = random.Random(seed)
-    s, T, lay = sched.s, sched.T, sched.lay
-    priority, arrival = lay.priority.tolist(), lay.arrival.tolist()
+    passed (checked between chunks of moves: anytime, but a run that stops
+    on the clock depends on the machine's speed). `progress(moves, best)` is
+    called after each chunk (`chunk` moves; by default all of them in one
+    call, 16 with a clock or a progress callback)."""
+    lay, occ, guard = sched.lay, sched.occ, sched.guard
     stats = SearchStats(start_value=sched.value())
-    best = stats.start_value
-    # The walk moves freely across plans of equal value (and, with
-    # accept_worse, below the best); what it returns is the best it saw, ties
-    # going to the earliest: `kept` holds it when the walk is elsewhere.
-    kept, kept_early = None, sched.earliness()
-    current = best
-    annealing = accept_worse > 0  # patience waits until the threshold is 0
-    n_nodes = len(s.node_first_gpu)
-    stale = 0
+    J, T = lay.J, sched.T
+    share = np.ones(J) if guide is None else np.minimum(np.asarray(guide[0], dtype=np.float64), 1.0)
+    guide_start = (np.full(J, -1, dtype=np.int64) if guide is None
+                   else np.asarray(guide[1], dtype=np.int64))
+    order = sched._order
+    classes = _NO_SUBSETS if sched.classes is None else sched.classes
+    compat = lay.pool_ok[order].astype(np.int64) @ np.bincount(lay.gpu_pool, minlength=lay.P)
+    # The state a move may undo, and the best plan while the walk is elsewhere.
+    live = (occ.busy, occ.owner, occ.run, occ.start, occ.first, occ.busy_gpus, guard.slack,
+            sched.elastic_value, sched.elastic_used)
+    saved = tuple(a.copy() for a in live)
+    kept = tuple(a.copy() for a in live)
+    rng = _seeded(seed)
+    # ints: moves tried, moves made, accepted, improved, worse, stale, a plan
+    # kept, annealing, stopped by patience; floats: best, current, kept's earliness.
+    ints = np.array([0, 0, 0, 0, 0, 0, 0, int(accept_worse > 0), 0], dtype=np.int64)
+    floats = np.array([stats.start_value, stats.start_value, sched.earliness()])
+    if chunk is None:
+        chunk = iterations if time_limit_s is None and progress is None else 16
     deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    for it in range(iterations):
-        if patience and stale >= patience and not annealing:
-            stats.stopped_by = "patience"
-            break
-        if deadline is not None and time.perf_counter() >= deadline:
-            stats.stopped_by = "time_limit_s"
-            break
-        stale += 1
-        snap = sched.snapshot()
+    while ints[0] < iterations and not ints[8]:
+        used = 0.0
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                stats.stopped_by = "time_limit_s"
+                break
+            used = 1 - left / time_limit_s
+        before = int(ints[1])
+        _walk(rng, min(int(ints[0]) + max(chunk, 1), iterations), iterations, ints, floats, used,
+              *live, *saved, *kept, occ.fixed, guard.subset_pools, guard.subset_priority,
+              guard.subset_replica, demand_aware and guard.U > 0, sched._plannable,
+              lay.priority, lay.arrival, lay.gpus, lay.duration, share, guide_start,
+              guide is not None, lay.job_class, lay.class_ptr, lay.class_blocks,
+              lay.block_pool, lay.gpu_pool, lay.gpu_node, lay.N, sched._worth,
+              sched.cum_weight, sched.step_weight, sched.discounted, order,
+              sched._order_arrival, compat, sched.demand, lay.pool_ok, lay.node_first,
+              lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes, classes,
+              window[0], window[1], noise, max_waiting, patience, accept_worse)
+        if progress is not None:
+            progress(int(ints[1]) - before, float(floats[0]))
+    if ints[8]:
+        stats.stopped_by = "patience"
+    if ints[6]:
+        for a, b in zip(live, kept):
+            a[...] = b
+    occ.version += 1
+    stats.iterations, stats.accepted, stats.improved, stats.worse = (int(x) for x in ints[1:5])
+    stats.end_value = float(floats[0])
+    return stats
+
+
+# ---- the random stream ------------------------------------------------------------------
+
+def _seeded(seed: int) -> np.ndarray:
+    """(1,) uint64: a xorshift state from `seed` (splitmix64, never 0)."""
+    z = (int(seed) * 0x9E3779B97F4A7C15 + 0x9E3779B97F4A7C15) % 2 ** 64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2 ** 64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2 ** 64
+    return np.array([(z ^ (z >> 31)) or 1], dtype=np.uint64)
+
+
+@njit(cache=True)
+def _uniform(rng):
+    """A float in [0, 1) (xorshift64*)."""
+    x = rng[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    rng[0] = x
+    return float((x * np.uint64(2685821657736338717)) >> np.uint64(11)) / 9007199254740992.0
+
+
+@njit(cache=True)
+def _below(rng, n):
+    """An int in [0, n), n >= 1."""
+    return min(int(_uniform(rng) * n), n - 1)
+
+
+@njit(cache=True)
+def _pick(rng, weights):
+    """An index drawn with these (non-negative) weights."""
+    total = 0.0
+    for w in weights:
+        total += w
+    r = _uniform(rng) * total
+    acc = 0.0
+    for i in range(weights.shape[0]):
+        acc += weights[i]
+        if r < acc:
+            return i
+    return weights.shape[0] - 1
+
+
+@njit(cache=True)
+def _sample(rng, items, m):
+    """m of `items` without repeats, in random order (a partial shuffle)."""
+    pool = items.copy()
+    for i in range(m):
+        x = i + _below(rng, pool.shape[0] - i)
+        pool[i], pool[x] = pool[x], pool[i]
+    return pool[:m]
+
+
+# ---- the walk ---------------------------------------------------------------------------
+
+@njit(cache=True)
+def _copy(dst, src):
+    dst[:] = src
+
+
+@njit(cache=True)
+def _clear_costs(busy, fixed, start, end, blocks, k):
+    """(B,) float64: busy cells of each block [b, b + k) over [start, end),
+    inf where a fixed cell lies in it."""
+    G = busy.shape[1]
+    busy_cs = np.zeros(G + 1, dtype=np.int64)
+    fixed_cs = np.zeros(G + 1, dtype=np.int64)
+    for g in range(G):
+        n, f = 0, False
+        for t in range(start, end):
+            n += busy[t, g]
+            f = f or fixed[t, g] >= 0
+        busy_cs[g + 1] = busy_cs[g] + n
+        fixed_cs[g + 1] = fixed_cs[g] + f
+    cost = np.empty(blocks.shape[0], dtype=np.float64)
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        cost[i] = np.inf if fixed_cs[b + k] > fixed_cs[b] else float(busy_cs[b + k] - busy_cs[b])
+    return cost
+
+
+@njit(cache=True)
+def _take_out(jobs, lo, hi, busy, busy_gpus, owner, run, start, first, slack, subset_pools,
+              gpus, gpu_pool, duration, T):
+    """Remove the placed jobs of `jobs`; [lo, hi) widened to their runs."""
+    placed = jobs[start[jobs] >= 0]
+    end = np.empty(placed.shape[0], dtype=np.int64)
+    for i in range(placed.shape[0]):
+        t = start[placed[i]]
+        end[i] = t + min(duration[placed[i]], T - t)
+        lo, hi = min(lo, t), max(hi, end[i])
+    unplace(placed, end, busy, busy_gpus, owner, run, start, first, slack, subset_pools, gpus,
+            gpu_pool)
+    return lo, hi
+
+
+@njit(cache=True)
+def _serve_span(lo, hi, busy, elastic_value, elastic_used, order, order_arrival, compat, demand,
+                gpus, pool_ok, worth, step_weight, discounted, node_first, node_end, node_pool,
+                pool_gpn, pool_nodes, gpu_node, classes, gpu_pool):
+    """Schedule.fill_elastic(lo, hi): the services arrived before hi served on
+    the GPUs the rigid jobs leave free, the per-step value and GPUs kept."""
+    jobs = order[order_arrival < hi]
+    E, C = jobs.shape[0], hi - lo
+    served = np.zeros((E, C), dtype=np.int64)
+    if E:
+        need = np.ascontiguousarray(demand[jobs][:, lo:hi])
+        free = np.logical_not(busy[lo:hi])
+        pack = np.argsort(compat[order_arrival < hi], kind="mergesort")  # restricted_first
+        serve_columns(free, np.zeros((1, 1), dtype=np.int64), np.full(E, -1, dtype=np.int64),
+                      need, gpus[jobs], pool_ok[jobs], node_first, node_end, node_pool, pool_gpn,
+                      pool_nodes, False, gpu_node, classes, gpu_pool, pack, worth[jobs], False,
+                      served)
+    for c in range(C):
+        value, used = 0.0, 0
+        for i in range(E):
+            value += worth[jobs[i]] * served[i, c]
+            used += gpus[jobs[i]] * served[i, c]
+        elastic_value[lo + c] = value * step_weight[lo + c] if discounted else value
+        elastic_used[lo + c] = used
+
+
+@njit(cache=True)
+def _walk(rng, stop, iterations, ints, floats, used_clock,
+          busy, owner, run, start, first, busy_gpus, slack, elastic_value, elastic_used,
+          s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
+          k_busy, k_owner, k_run, k_start, k_first, k_busy_gpus, k_slack, k_value, k_used,
+          fixed, subset_pools, subset_priority, subset_replica, guarded, plannable,
+          priority, arrival, gpus, duration, share, guide_start, guided, job_class, class_ptr,
+          class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, worth, cum_weight,
+          step_weight, discounted, order, order_arrival, compat, demand, pool_ok, node_first,
+          node_end, node_pool, pool_gpn, pool_nodes, classes, window_lo, window_hi, noise,
+          max_waiting, patience, accept_worse):
+    """Moves of `improve` until ints[0] reaches `stop` (or patience ends the
+    walk), on the Schedule's arrays; the state carried between calls lives
+    in ints, floats, rng and the kept arrays (improve's names)."""
+    T, G = busy.shape
+    e_worth = worth.astype(np.float64)
+    while ints[0] < stop:
+        it = ints[0]
+        if patience > 0 and ints[5] >= patience and not ints[7]:
+            ints[8] = 1
+            return
+        ints[0] += 1
+        ints[5] += 1
+        _copy(s_busy, busy)
+        _copy(s_owner, owner)
+        _copy(s_run, run)
+        _copy(s_start, start)
+        _copy(s_first, first)
+        _copy(s_busy_gpus, busy_gpus)
+        _copy(s_slack, slack)
+        _copy(s_value, elastic_value)
+        _copy(s_used, elastic_used)
         lo, hi = T, 0
-        removed: list[int] = []
-        waiting = sched.waiting()
+        waiting = np.flatnonzero(plannable & (start < 0))
         forced = -1
-        if waiting and rng.random() < 0.5:
-            share = guide[0] if guide else [1.0] * s.J
-            j = rng.choices(waiting, weights=[priority[w] * (0.1 + min(share[w], 1.0))
-                                              for w in waiting])[0]
-            if guide and rng.random() < 0.5:
-                start = max(guide[1][j], arrival[j])
+        if waiting.shape[0] and _uniform(rng) < 0.5:
+            w = np.empty(waiting.shape[0])
+            for i in range(waiting.shape[0]):
+                w[i] = priority[waiting[i]] * (0.1 + share[waiting[i]])
+            j = waiting[_pick(rng, w)]
+            if arrival[j] >= T:
+                continue
+            if guided and _uniform(rng) < 0.5:
+                at = max(guide_start[j], arrival[j])
             else:
                 # Starts where GPUs sit idle are the promising ones.
-                idle = (sched.G - sched.occ.busy_gpus - sched.elastic_used)[arrival[j]:]  # (T',)
-                weights = (idle + 0.1).tolist()
-                start = arrival[j] + rng.choices(range(len(weights)), weights=weights)[0]
-            cleared = sched.clear_for(j, start, rng)
-            if cleared is None:
+                idle = G - busy_gpus[arrival[j]:] - elastic_used[arrival[j]:] + 0.1
+                at = arrival[j] + _pick(rng, idle)
+            c = job_class[j]
+            blocks = class_blocks[class_ptr[c]:class_ptr[c + 1]]
+            if blocks.shape[0] == 0 or at >= T:
                 continue
-            (removed, lo, hi), forced = cleared, j
+            k, end = gpus[j], at + min(duration[j], T - at)
+            cost = _clear_costs(busy, fixed, at, end, blocks, k)
+            for i in range(cost.shape[0]):
+                cost[i] += 0.5 * _uniform(rng)
+            b = np.argmin(cost)
+            if not np.isfinite(cost[b]):
+                continue
+            g0 = blocks[b]
+            held = owner[at:end, g0:g0 + k].copy().ravel()
+            removed = np.unique(held[held >= 0])
+            lo, hi = _take_out(removed, at, end, busy, busy_gpus, owner, run, start, first,
+                               slack, subset_pools, gpus, gpu_pool, duration, T)
+            place(j, at, g0, k, end, busy, busy_gpus, owner, run, start, first, slack,
+                  subset_pools, gpu_pool)
+            forced = j
             window_end = T
         else:
-            width = rng.randint(min(window[0], T), min(window[1], T))
-            a = rng.randrange(0, max(1, T - width + 1))
+            width = min(window_lo, T) + _below(rng, min(window_hi, T) - min(window_lo, T) + 1)
+            a = _below(rng, max(1, T - width + 1))
             window_end = a + width
-            ruin_nodes = None
-            if n_nodes > 1 and rng.random() < 0.5:
-                ruin_nodes = np.zeros(n_nodes, dtype=np.bool_)
-                ruin_nodes[rng.sample(range(n_nodes), rng.randint(1, max(1, n_nodes // 2)))] = True
-            start = sched.start
-            inside = (start >= a) & (start < window_end)  # (J,) placed: a >= 0
-            if ruin_nodes is not None:
-                inside &= ruin_nodes[lay.gpu_node[np.maximum(sched.first, 0)]]
-            removed = np.flatnonzero(inside).tolist()
-            lo, hi = sched.take_out(removed, lo, hi)
+            inside = (start >= a) & (start < window_end)  # placed: a >= 0
+            if n_nodes > 1 and _uniform(rng) < 0.5:
+                ruin = np.zeros(n_nodes, dtype=np.bool_)
+                m = 1 + _below(rng, max(1, n_nodes // 2))
+                for x in _sample(rng, np.arange(n_nodes), m):
+                    ruin[x] = True
+                inside &= ruin[gpu_node[np.maximum(first, 0)]]
+            removed = np.flatnonzero(inside)
+            lo, hi = _take_out(removed, lo, hi, busy, busy_gpus, owner, run, start, first,
+                               slack, subset_pools, gpus, gpu_pool, duration, T)
         # Waiting now: those before the move but the one forced in, and the
         # removed (which are candidates already).
-        others = [j for j in waiting if j != forced and arrival[j] < window_end]
-        if len(others) > max_waiting:
-            others = rng.sample(others, max_waiting)
-        candidates = removed + others
-        key = {j: -priority[j] + noise * rng.random() for j in candidates}
-        candidates.sort(key=lambda j: key[j])
+        others = waiting[(waiting != forced) & (arrival[waiting] < window_end)]
+        if others.shape[0] > max_waiting:
+            others = _sample(rng, others, max_waiting)
+        candidates = np.concatenate((removed, others))
+        key = np.empty(candidates.shape[0])
+        for i in range(candidates.shape[0]):
+            key[i] = -priority[candidates[i]] + noise * _uniform(rng)
+        candidates = candidates[np.argsort(key, kind="mergesort")]
         span = np.array([lo, hi], dtype=np.int64)
-        sched.insert_all(candidates, demand_aware, span=span)
-        lo, hi = int(span[0]), int(span[1])
+        insert_serial(candidates, np.full(candidates.shape[0], -1, dtype=np.int64), busy,
+                      busy_gpus, owner, run, start, first, slack, subset_pools, subset_priority,
+                      subset_replica, guarded, gpus, duration, arrival, priority, job_class,
+                      class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, span)
+        lo, hi = span[0], span[1]
         if hi > lo:
-            sched.fill_elastic(lo, hi)
-        value = sched.value()
-        stats.iterations += 1
-        slack = 0.0
-        if annealing:
-            used = (it + 1) / iterations
-            if deadline is not None:
-                used = max(used, 1 - (deadline - time.perf_counter()) / time_limit_s)
+            _serve_span(lo, hi, busy, elastic_value, elastic_used, order, order_arrival, compat,
+                        demand, gpus, pool_ok, e_worth, step_weight, discounted, node_first,
+                        node_end, node_pool, pool_gpn, pool_nodes, gpu_node, classes, gpu_pool)
+        rigid, early = _rigid_value(start, duration, worth, cum_weight, discounted)
+        served = 0.0
+        for t in range(T):
+            served += elastic_value[t]
+        value = rigid + served  # as Schedule.value adds them
+        ints[1] += 1
+        best, current = floats[0], floats[1]
+        slack_ok = 0.0
+        if ints[7]:
             # Down to 0 over the first half of the budget; the second half
             # climbs from wherever the walk is, with patience.
-            slack = accept_worse * abs(best) * max(0.0, 1 - 2 * used)
-            if slack == 0.0:
-                annealing, stale = False, 0
-        if value >= current - slack - 1e-9:
-            stats.accepted += 1
-            early = sched.earliness()
+            used = max((it + 1) / iterations, used_clock)
+            slack_ok = accept_worse * abs(best) * max(0.0, 1 - 2 * used)
+            if slack_ok == 0.0:
+                ints[7], ints[5] = 0, 0
+        if value >= current - slack_ok - 1e-9:
+            ints[2] += 1
             if value > best + 1e-9:
-                stats.improved += 1
-                stale = 0
-                kept, kept_early = None, early
-                best = value
+                ints[3] += 1
+                ints[5] = 0
+                ints[6], floats[2] = 0, early
+                floats[0] = value
             elif value < best - 1e-9:
-                if kept is None:
-                    kept = snap  # the plan before this move was the best
-            elif early > kept_early:
-                kept, kept_early = None, early
-            elif early < kept_early and kept is None:
-                kept = snap  # the plan before this move: as good, and earlier
-            stats.worse += value < current - 1e-9
-            current = value
+                if not ints[6]:  # the plan before this move was the best
+                    _keep(ints, s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack,
+                          s_value, s_used, k_busy, k_owner, k_run, k_start, k_first,
+                          k_busy_gpus, k_slack, k_value, k_used)
+            elif early > floats[2]:
+                ints[6], floats[2] = 0, early
+            elif early < floats[2] and not ints[6]:  # the plan before: as good, and earlier
+                _keep(ints, s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack,
+                      s_value, s_used, k_busy, k_owner, k_run, k_start, k_first, k_busy_gpus,
+                      k_slack, k_value, k_used)
+            ints[4] += 1 if value < current - 1e-9 else 0
+            floats[1] = value
         else:
-            sched.restore(snap)
-        if progress is not None:
-            progress(it, best)
-    if kept is not None:
-        sched.restore(kept)
-    stats.end_value = best
-    return stats
+            _copy(busy, s_busy)
+            _copy(owner, s_owner)
+            _copy(run, s_run)
+            _copy(start, s_start)
+            _copy(first, s_first)
+            _copy(busy_gpus, s_busy_gpus)
+            _copy(slack, s_slack)
+            _copy(elastic_value, s_value)
+            _copy(elastic_used, s_used)
+
+
+@njit(cache=True)
+def _keep(ints, s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
+          k_busy, k_owner, k_run, k_start, k_first, k_busy_gpus, k_slack, k_value, k_used):
+    """The snapshot becomes the kept plan."""
+    ints[6] = 1
+    _copy(k_busy, s_busy)
+    _copy(k_owner, s_owner)
+    _copy(k_run, s_run)
+    _copy(k_start, s_start)
+    _copy(k_first, s_first)
+    _copy(k_busy_gpus, s_busy_gpus)
+    _copy(k_slack, s_slack)
+    _copy(k_value, s_value)
+    _copy(k_used, s_used)
