@@ -105,9 +105,9 @@ class SolverConfig:
     none, the default). The search's budget is work: local_search_iters
     moves and local_search_patience, so a seed gives one plan on any machine
     and under any load. With a cap the search stops at whichever comes first
-    and returns the best plan it saw; where the clock ends it
-    (info.local_search.stopped_by says), the plan depends on the machine's
-    speed and load."""
+    and returns the best plan it saw (the clock is read between chunks of
+    16 moves); where the clock ends it (info.local_search.stopped_by says),
+    the plan depends on the machine's speed and load."""
     start_from_greedy: bool = True
     """greedy's plan competes with the repaired ones as the search's start,
     and is returned when the search ends below it: never below greedy."""
