@@ -86,14 +86,17 @@ def _hall(subset_pools, gpu_pool, free, gpus, pool_ok, need, out):
                     free_u[u, c] -= n * k
 
 
-def restricted_first(lay: Layout, elastic: list[int]) -> np.ndarray:
+def compatible_gpus(lay, jobs) -> np.ndarray:
+    """(E,) int64: the GPUs each of `jobs` may use."""
+    return lay.pool_ok[np.asarray(jobs, dtype=np.int64)].astype(np.int64) \
+        @ np.bincount(lay.gpu_pool, minlength=lay.P)
+
+
+def restricted_first(lay, elastic: list[int]) -> np.ndarray:
     """(E,) int64: positions in `elastic` (services in their order of service)
     in the footprint's packing order: the fewest compatible GPUs first, ties
-    in the given order."""
-    compat = lay.pool_ok[np.asarray(elastic, dtype=np.int64)].astype(np.int64) \
-        @ np.bincount(lay.gpu_pool, minlength=lay.P)  # (E,) GPUs each can use
-    return np.array(sorted(range(len(elastic)), key=lambda i: (int(compat[i]), i)),
-                    dtype=np.int64)
+    in the given order (a stable sort of `compatible_gpus`)."""
+    return np.argsort(compatible_gpus(lay, elastic), kind="stable").astype(np.int64)
 
 
 def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need: np.ndarray,

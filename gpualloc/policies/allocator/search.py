@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from gpualloc.core.classes import _NO_SUBSETS, serve_columns
+from gpualloc.core.classes import _NO_SUBSETS, compatible_gpus, serve_columns
 from gpualloc.core.insert import insert_serial, place, unplace
 from gpualloc.core.schedule import Schedule, _rigid_value
 
@@ -69,7 +69,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
                    else np.asarray(guide[1], dtype=np.int64))
     order = sched._order
     classes = _NO_SUBSETS if sched.classes is None else sched.classes
-    compat = lay.pool_ok[order].astype(np.int64) @ np.bincount(lay.gpu_pool, minlength=lay.P)
+    compat = compatible_gpus(lay, order)
     # The state a move may undo, and the best plan while the walk is elsewhere.
     live = (occ.busy, occ.owner, occ.run, occ.start, occ.first, occ.busy_gpus, guard.slack,
             sched.elastic_value, sched.elastic_used)
@@ -222,7 +222,7 @@ def _serve_span(lo, hi, busy, elastic_value, elastic_used, order, order_arrival,
     if E:
         need = np.ascontiguousarray(demand[jobs][:, lo:hi])
         free = np.logical_not(busy[lo:hi])
-        pack = np.argsort(compat[order_arrival < hi], kind="mergesort")  # restricted_first
+        pack = np.argsort(compat[order_arrival < hi], kind="mergesort")  # restricted_first's order
         serve_columns(free, np.zeros((1, 1), dtype=np.int64), np.full(E, -1, dtype=np.int64),
                       need, gpus[jobs], pool_ok[jobs], node_first, node_end, node_pool, pool_gpn,
                       pool_nodes, False, gpu_node, classes, gpu_pool, pack, worth[jobs], False,
