@@ -373,3 +373,28 @@ def test_online_fill_between_replans_beside_preemptible_segments():
     for name in ("greedy", "allocator"):
         verdict = check(s, run_policy(name, s, cfg, "cpu").owner)
         assert verdict.ok_but_guarantee, f"{name}: {verdict}"
+
+
+def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
+    # A running job stopped at the view's first step keeps no fixed cell,
+    # so nothing marks it as running: it must not be planned afresh beside
+    # its resumed copy (the allocator did, online, and the plan held the job
+    # twice at once).
+    from dataclasses import replace as with_fields
+
+    from gpualloc.config import SolverConfig
+    from gpualloc.policies.allocator import allocator
+    from gpualloc.scenario import Scenario, with_cuts
+
+    s = _scenario()
+    running = with_fields(s.jobs[0], duration=6)
+    other = with_fields(s.jobs[0], id="q", preemptible=False, restart_cost=0, priority=1)
+    fixed = torch.full((s.G, s.T), -1, dtype=torch.long)
+    fixed[0:2, 0:6] = 0  # the running job's current segment
+    view = Scenario(name="view", horizon=s.T, step_minutes=60, pools=s.pools,
+                    jobs=[running, other], fixed=fixed)
+    cut = with_cuts(view, {0: 0})
+    plan = allocator(cut, SolverConfig(progress=False), rivals=rivals("cpu")).owner
+    assert not (plan == 0).any()  # the original: its work is the resumed copy's
+    assert (plan == 2).any()  # the resumed copy (restore, then the rest) runs
+    assert check(cut, plan).ok

@@ -49,6 +49,11 @@ def with_cuts(s: Scenario, cuts: dict[int, int]) -> Scenario:
         length = int(mine.any(0).sum())
         fixed[:, kept:][mine[:, kept:]] = -1
         job = s.jobs[j]
+        if kept == 0:
+            # No fixed cell is left to mark the job as running: it would be
+            # planned afresh beside its resumed copy. It arrives at the
+            # horizon, so nothing places it.
+            jobs[j] = replace(job, arrival=s.T)
         jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
                             restart_cost=0,
                             duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
