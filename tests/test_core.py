@@ -304,6 +304,7 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
     # free runs and the guard's slack must come out as one `remove` each gives,
     # and the steps it reports changed are those the runs held.
     from gpualloc.core import priority_order
+    from gpualloc.core.insert import take_out
     from gpualloc.core.schedule import Schedule
 
     def placed():
@@ -316,8 +317,11 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
     gone = data.draw(st.lists(st.sampled_from(jobs), unique=True) if jobs else st.just([]))
     runs = [(int(one.start[j]), int(one.start[j]) + one.length(j, int(one.start[j])))
              for j in gone]
-    assert one.take_out(gone, one.T, 0) == (min((a for a, _ in runs), default=one.T),
-                                            max((b for _, b in runs), default=0))
+    occ, lay = one.occ, one.lay
+    assert take_out(np.array(gone, dtype=np.int64), one.T, 0, occ.busy, occ.busy_gpus, occ.owner,
+                    occ.run, occ.start, occ.first, one.guard.slack, one.guard.subset_pools,
+                    lay.gpus, lay.gpu_pool, lay.duration) == (
+        min((a for a, _ in runs), default=one.T), max((b for _, b in runs), default=0))
     for j in gone:
         each.remove(j)
     for a, b in ((one.occ.busy, each.occ.busy), (one.occ.owner, each.occ.owner),

@@ -62,6 +62,23 @@ def unplace(jobs, ends, busy, busy_gpus, owner, run, start_of, first_of, slack, 
 
 
 @njit(cache=True)
+def take_out(jobs, lo, hi, busy, busy_gpus, owner, run, start, first, slack, subset_pools,
+             gpus, gpu_pool, duration):
+    """`unplace` for the placed jobs of `jobs` (first segments: each runs
+    its duration, cut by the horizon); returns [lo, hi) widened to their runs."""
+    T = busy.shape[0]
+    placed = jobs[start[jobs] >= 0]
+    end = np.empty(placed.shape[0], dtype=np.int64)
+    for i in range(placed.shape[0]):
+        t = start[placed[i]]
+        end[i] = t + min(duration[placed[i]], T - t)
+        lo, hi = min(lo, t), max(hi, end[i])
+    unplace(placed, end, busy, busy_gpus, owner, run, start, first, slack, subset_pools, gpus,
+            gpu_pool)
+    return lo, hi
+
+
+@njit(cache=True)
 def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, first_of, slack,
                   subset_pools, subset_priority, subset_replica, guarded, gpus, duration,
                   arrival, priority, job_class, class_ptr, class_blocks, block_pool, gpu_pool,

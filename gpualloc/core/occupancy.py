@@ -146,12 +146,7 @@ class Occupancy:
                    pools: np.ndarray | None = None) -> None:
         """`remove` for each of `jobs` (n,) int64, all placed, in one call."""
         start = self.start[jobs]
-        self.remove_runs(jobs, start + np.minimum(self.steps_of(jobs), self.T - start), slack,
-                         pools)
-
-    def remove_runs(self, jobs: np.ndarray, end: np.ndarray, slack: np.ndarray | None = None,
-                    pools: np.ndarray | None = None) -> None:
-        """`remove_all` of `jobs` whose current segments end at `end` (n,)."""
+        end = start + np.minimum(self.steps_of(jobs), self.T - start)
         unplace(jobs, end, self.busy, self.busy_gpus, self.owner, self.run, self.start,
                 self.first, self._no_slack if slack is None else slack,
                 self._no_pools if pools is None else pools, self.lay.gpus, self.lay.gpu_pool)

@@ -21,12 +21,12 @@ from gpualloc.core.guard import DemandGuard, guarded_find, guarded_fit
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.classes import restricted_first, serve, unions
+from gpualloc.core.classes import _NO_OWNER, _NO_SUBSETS, compatible_gpus, serve_columns, unions
 from gpualloc.scenario import Scenario
 
 
 @njit(cache=True)
-def _rigid_value(start, duration, worth, cum_weight, discounted):
+def rigid_totals(start, duration, worth, cum_weight, discounted):
     """(value, earliness) of the placed rigid jobs (start >= 0), added in
     index order: Schedule.rigid_value and Schedule.earliness in one pass."""
     T = cum_weight.shape[0] - 1
@@ -42,6 +42,36 @@ def _rigid_value(start, duration, worth, cum_weight, discounted):
             value += worth[j] * steps
         early += worth[j] * (T - t)
     return value, early
+
+
+@njit(cache=True)
+def serve_span(lo, hi, busy, owner, has_owner, elastic_value, elastic_used, order, order_arrival,
+               compat, demand, gpus, pool_ok, worth, step_weight, discounted, node_first,
+               node_end, node_pool, pool_gpn, pool_nodes, gpu_node, classes, gpu_pool):
+    """Schedule.fill_elastic(lo, hi), compiled: the services arrived before
+    hi, in `order` (service order), served on the GPUs busy (T, G) leaves
+    free (gpualloc.core.classes.serve_columns, packed the fewest `compat`
+    GPUs first: restricted_first); the per-step value and GPUs kept, and
+    the replicas written into owner (T, G) when has_owner."""
+    arrived = order_arrival < hi
+    jobs = order[arrived]
+    E, C = jobs.shape[0], hi - lo
+    served = np.zeros((E, C), dtype=np.int64)
+    if E:
+        need = np.ascontiguousarray(demand[jobs][:, lo:hi])
+        free = np.logical_not(busy[lo:hi])
+        pack = np.argsort(compat[arrived], kind="mergesort")  # restricted_first's order
+        serve_columns(free, owner[lo:hi] if has_owner else owner,
+                      jobs if has_owner else np.full(E, -1, dtype=np.int64), need, gpus[jobs],
+                      pool_ok[jobs], node_first, node_end, node_pool, pool_gpn, pool_nodes, False,
+                      gpu_node, classes, gpu_pool, pack, worth[jobs], has_owner, served)
+    for c in range(C):
+        value, used = 0.0, 0
+        for i in range(E):
+            value += worth[jobs[i]] * served[i, c]
+            used += gpus[jobs[i]] * served[i, c]
+        elastic_value[lo + c] = value * step_weight[lo + c] if discounted else value
+        elastic_used[lo + c] = used
 
 
 def _sum(x: np.ndarray) -> float:
@@ -74,14 +104,13 @@ class Schedule:
         demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         self.elastic_order = service_order(s, self.elastic, narrow_first=True)
-        self.classes = unions(lay, self.elastic, max_subsets) if self.elastic else None  # (U, P)
+        self.classes = (unions(lay, self.elastic, max_subsets) if self.elastic
+                        else _NO_SUBSETS)  # (U, P)
         order = self._order = np.asarray(self.elastic_order, dtype=np.int64)
         self._order_arrival = lay.arrival[order]
-        self._order_worth = (lay.priority[order] * lay.gpus[order]).astype(np.float64)
-        self._worth = lay.priority * lay.gpus  # (J,) a rigid job's value per step
+        self._compat = compatible_gpus(lay, order)  # (E,) the packing order's key
+        self._worth = lay.priority * lay.gpus  # (J,) a job's value per GPU-step of its size
         self._plannable = lay.rigid & ~self.done & ~lay.unplaceable  # (J,)
-        self._packing = {}  # arrived services (mask bytes) -> them, packing order, worths, GPUs
-        self._packing_at = {}  # the end of a span -> the entry of its arrived services
         self.elastic_value = np.zeros(self.T, dtype=np.float64)
         self.elastic_used = np.zeros(self.T, dtype=np.int64)  # GPUs elastic jobs hold per step
 
@@ -125,18 +154,6 @@ class Schedule:
 
     def remove(self, j: int) -> None:
         self.occ.remove(j, self.guard.slack, self.guard.subset_pools)
-
-    def take_out(self, jobs, lo: int, hi: int) -> tuple[int, int]:
-        """`remove` for each placed job of `jobs`, in one compiled call;
-        returns [lo, hi) widened to the steps their runs held."""
-        jobs = np.asarray(jobs, dtype=np.int64)
-        jobs = jobs[self.occ.start[jobs] >= 0]
-        if len(jobs):
-            start = self.occ.start[jobs]
-            end = start + np.minimum(self.occ.steps_of(jobs), self.T - start)
-            lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
-            self.occ.remove_runs(jobs, end, self.guard.slack, self.guard.subset_pools)
-        return lo, hi
 
     def hold(self, j: int, start: int, first: int) -> None:
         """EASY reservation of j's block from `start`: busy to the jobs behind
@@ -217,7 +234,7 @@ class Schedule:
 
     # ---- value ---------------------------------------------------------------------------
     def rigid_value(self) -> float:
-        return _rigid_value(self.start, self.lay.duration, self._worth, self.cum_weight,
+        return rigid_totals(self.start, self.lay.duration, self._worth, self.cum_weight,
                             self.discounted)[0]
 
     def fill_elastic(self, t0: int = 0, t1: int | None = None, owner: np.ndarray | None = None):
@@ -225,27 +242,15 @@ class Schedule:
         the replicas Hall's condition admits by priority, packed lowest free
         blocks first, the most restricted services first
         (gpualloc.core.classes.serve); updates the per-step
-        elastic value and, when `owner` (T, G) is given, writes the replicas."""
+        elastic value and, when `owner` (T, G) is given, writes the replicas.
+        One compiled call (`serve_span`), the local search's too."""
         lay = self.lay
-        t1 = self.T if t1 is None else t1
-        if t1 not in self._packing_at:
-            arrived = self._order_arrival < t1
-            key = arrived.tobytes()
-            if key not in self._packing:
-                jobs = self._order[arrived]
-                self._packing[key] = (jobs, restricted_first(lay, jobs) if len(jobs) else None,
-                                      self._order_worth[arrived], lay.gpus[jobs])
-            self._packing_at[t1] = self._packing[key]
-        jobs, packing, worth, gpus = self._packing_at[t1]
-        free = ~self.busy[t0:t1]  # (C, G)
-        served = serve(lay, free, None if owner is None else owner[t0:t1], jobs,
-                       self.demand[jobs, t0:t1], False, self.classes, packing)
-        value = worth @ served  # (C,) integers: exact in float64
-        if self.discounted:
-            value *= self.step_weight[t0:t1]
-        self.elastic_value[t0:t1] = value
-        self.elastic_used[t0:t1] = gpus @ served
-        return value
+        serve_span(t0, self.T if t1 is None else t1, self.busy,
+                   _NO_OWNER if owner is None else owner, owner is not None, self.elastic_value,
+                   self.elastic_used, self._order, self._order_arrival, self._compat,
+                   self.demand, lay.gpus, lay.pool_ok, self._worth, self.step_weight,
+                   self.discounted, lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
+                   lay.pool_nodes, lay.gpu_node, self.classes, lay.gpu_pool)
 
     def value(self) -> float:
         return self.rigid_value() + _sum(self.elastic_value)
@@ -285,7 +290,7 @@ class Schedule:
         horizon: among plans of equal value, the one that starts important
         work sooner. The objective does not see when work runs, but a plan
         that is replanned (online mode) loses what it postponed."""
-        return _rigid_value(self.start, self.lay.duration, self._worth, self.cum_weight,
+        return rigid_totals(self.start, self.lay.duration, self._worth, self.cum_weight,
                             self.discounted)[1]
 
     # ---- plans -----------------------------------------------------------------------------

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from gpualloc.core.classes import _NO_SUBSETS, compatible_gpus, serve_columns
-from gpualloc.core.insert import insert_serial, place, unplace
-from gpualloc.core.schedule import Schedule, _rigid_value
+from gpualloc.core.insert import insert_serial, place, take_out
+from gpualloc.core.schedule import Schedule, rigid_totals, serve_span
 
 
 @dataclass
@@ -67,9 +66,6 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
     share = np.ones(J) if guide is None else np.minimum(np.asarray(guide[0], dtype=np.float64), 1.0)
     guide_start = (np.full(J, -1, dtype=np.int64) if guide is None
                    else np.asarray(guide[1], dtype=np.int64))
-    order = sched._order
-    classes = _NO_SUBSETS if sched.classes is None else sched.classes
-    compat = compatible_gpus(lay, order)
     # The state a move may undo, and the best plan while the walk is elsewhere.
     live = (occ.busy, occ.owner, occ.run, occ.start, occ.first, occ.busy_gpus, guard.slack,
             sched.elastic_value, sched.elastic_used)
@@ -98,9 +94,9 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
               lay.priority, lay.arrival, lay.gpus, lay.duration, share, guide_start,
               guide is not None, lay.job_class, lay.class_ptr, lay.class_blocks,
               lay.block_pool, lay.gpu_pool, lay.gpu_node, lay.N, sched._worth,
-              sched.cum_weight, sched.step_weight, sched.discounted, order,
-              sched._order_arrival, compat, sched.demand, lay.pool_ok, lay.node_first,
-              lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes, classes,
+              sched.cum_weight, sched.step_weight, sched.discounted, sched._order,
+              sched._order_arrival, sched._compat, sched.demand, lay.pool_ok, lay.node_first,
+              lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes, sched.classes,
               window[0], window[1], noise, max_waiting, patience, accept_worse)
         if progress is not None:
             progress(int(ints[1]) - before, float(floats[0]))
@@ -196,47 +192,6 @@ def _clear_costs(busy, fixed, start, end, blocks, k):
 
 
 @njit(cache=True)
-def _take_out(jobs, lo, hi, busy, busy_gpus, owner, run, start, first, slack, subset_pools,
-              gpus, gpu_pool, duration, T):
-    """Remove the placed jobs of `jobs`; [lo, hi) widened to their runs."""
-    placed = jobs[start[jobs] >= 0]
-    end = np.empty(placed.shape[0], dtype=np.int64)
-    for i in range(placed.shape[0]):
-        t = start[placed[i]]
-        end[i] = t + min(duration[placed[i]], T - t)
-        lo, hi = min(lo, t), max(hi, end[i])
-    unplace(placed, end, busy, busy_gpus, owner, run, start, first, slack, subset_pools, gpus,
-            gpu_pool)
-    return lo, hi
-
-
-@njit(cache=True)
-def _serve_span(lo, hi, busy, elastic_value, elastic_used, order, order_arrival, compat, demand,
-                gpus, pool_ok, worth, step_weight, discounted, node_first, node_end, node_pool,
-                pool_gpn, pool_nodes, gpu_node, classes, gpu_pool):
-    """Schedule.fill_elastic(lo, hi): the services arrived before hi served on
-    the GPUs the rigid jobs leave free, the per-step value and GPUs kept."""
-    jobs = order[order_arrival < hi]
-    E, C = jobs.shape[0], hi - lo
-    served = np.zeros((E, C), dtype=np.int64)
-    if E:
-        need = np.ascontiguousarray(demand[jobs][:, lo:hi])
-        free = np.logical_not(busy[lo:hi])
-        pack = np.argsort(compat[order_arrival < hi], kind="mergesort")  # restricted_first's order
-        serve_columns(free, np.zeros((1, 1), dtype=np.int64), np.full(E, -1, dtype=np.int64),
-                      need, gpus[jobs], pool_ok[jobs], node_first, node_end, node_pool, pool_gpn,
-                      pool_nodes, False, gpu_node, classes, gpu_pool, pack, worth[jobs], False,
-                      served)
-    for c in range(C):
-        value, used = 0.0, 0
-        for i in range(E):
-            value += worth[jobs[i]] * served[i, c]
-            used += gpus[jobs[i]] * served[i, c]
-        elastic_value[lo + c] = value * step_weight[lo + c] if discounted else value
-        elastic_used[lo + c] = used
-
-
-@njit(cache=True)
 def _walk(rng, stop, iterations, ints, floats, used_clock,
           busy, owner, run, start, first, busy_gpus, slack, elastic_value, elastic_used,
           s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
@@ -251,7 +206,7 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
     walk), on the Schedule's arrays; the state carried between calls lives
     in ints, floats, rng and the kept arrays (improve's names)."""
     T, G = busy.shape
-    e_worth = worth.astype(np.float64)
+    no_owner = np.zeros((1, 1), dtype=np.int64)  # the replicas are not written
     while ints[0] < stop:
         it = ints[0]
         if patience > 0 and ints[5] >= patience and not ints[7]:
@@ -298,8 +253,8 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
             g0 = blocks[b]
             held = owner[at:end, g0:g0 + k].copy().ravel()
             removed = np.unique(held[held >= 0])
-            lo, hi = _take_out(removed, at, end, busy, busy_gpus, owner, run, start, first,
-                               slack, subset_pools, gpus, gpu_pool, duration, T)
+            lo, hi = take_out(removed, at, end, busy, busy_gpus, owner, run, start, first,
+                              slack, subset_pools, gpus, gpu_pool, duration)
             place(j, at, g0, k, end, busy, busy_gpus, owner, run, start, first, slack,
                   subset_pools, gpu_pool)
             forced = j
@@ -316,8 +271,8 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                     ruin[x] = True
                 inside &= ruin[gpu_node[np.maximum(first, 0)]]
             removed = np.flatnonzero(inside)
-            lo, hi = _take_out(removed, lo, hi, busy, busy_gpus, owner, run, start, first,
-                               slack, subset_pools, gpus, gpu_pool, duration, T)
+            lo, hi = take_out(removed, lo, hi, busy, busy_gpus, owner, run, start, first,
+                              slack, subset_pools, gpus, gpu_pool, duration)
         # Waiting now: those before the move but the one forced in, and the
         # removed (which are candidates already).
         others = waiting[(waiting != forced) & (arrival[waiting] < window_end)]
@@ -335,10 +290,11 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                       class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, span)
         lo, hi = span[0], span[1]
         if hi > lo:
-            _serve_span(lo, hi, busy, elastic_value, elastic_used, order, order_arrival, compat,
-                        demand, gpus, pool_ok, e_worth, step_weight, discounted, node_first,
-                        node_end, node_pool, pool_gpn, pool_nodes, gpu_node, classes, gpu_pool)
-        rigid, early = _rigid_value(start, duration, worth, cum_weight, discounted)
+            serve_span(lo, hi, busy, no_owner, False, elastic_value, elastic_used, order,
+                       order_arrival, compat, demand, gpus, pool_ok, worth, step_weight,
+                       discounted, node_first, node_end, node_pool, pool_gpn, pool_nodes,
+                       gpu_node, classes, gpu_pool)
+        rigid, early = rigid_totals(start, duration, worth, cum_weight, discounted)
         served = 0.0
         for t in range(T):
             served += elastic_value[t]
