@@ -368,6 +368,7 @@ def test_the_search_value_after_each_move_is_its_plans():
 
     assert improve(sched, 120, seed=1, progress=fresh, chunk=1).iterations == 120
     assert stale == []
+    assert check(s, sched.owner()).ok
 
 
 
@@ -390,3 +391,4 @@ def test_the_walk_in_chunks_is_the_walk_at_once():
             plans.append((sched.owner().tolist(), vars(stats)))
         assert plans[0] == plans[1] == plans[2]
         assert plans[0][1]["accepted"] > 0
+        assert check(s, torch.tensor(plans[0][0])).ok
