@@ -42,7 +42,7 @@ def bar(iterable: Iterable[T] | None = None, **kwargs) -> tqdm:
 _told = False
 
 
-def compile_notice(seconds: int = 70, stream: TextIO | None = None) -> bool:
+def compile_notice(seconds: int = 50, stream: TextIO | None = None) -> bool:
     """One line on `stream` (stderr) when this process plans on a machine
     whose numba cache holds none of the placement core's compiled loops yet
     (they compile once per machine, then load from the cache). Returns

@@ -439,3 +439,31 @@ def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s,
             foot.freed(start, stop, first, kh)
             continue
         foot.placed(t, end, g, k)
+
+
+def test_each_compiled_loop_compiles_once_per_array_type():
+    """Numba compiles a function again for each literal argument and each
+    array layout it meets (the first run's wait): after every policy offline
+    and online on a cluster of two GPU types (Hall's path), no compiled
+    function of gpualloc was typed with a literal or a grid not C-ordered."""
+    from numba.core import types
+    from numba.core.registry import CPUDispatcher
+
+    from gpualloc import api
+
+    s = api.generate("heterogeneous", seed=0, horizon=24)
+    for name in ("fifo", "backfill", "greedy", "allocator"):
+        api.plan(s, name)
+    for name in ("greedy", "allocator"):
+        api.online(s, name, replan_every=3)
+    import gc
+    loose = []
+    for fn in gc.get_objects():
+        if not (isinstance(fn, CPUDispatcher) and fn.py_func.__module__.startswith("gpualloc")):
+            continue
+        for sig in fn.signatures:
+            for a in sig:
+                if isinstance(a, types.Literal) or (isinstance(a, types.Array)
+                                                    and a.layout != "C"):
+                    loose.append(f"{fn.py_func.__qualname__}: {a}")
+    assert not loose, loose

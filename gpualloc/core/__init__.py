@@ -19,6 +19,11 @@ compiled (numba on numpy), that the policies build on.
   `adopt` holds a plan's placements (FIFO's, greedy's, the last replan's) in one.
 
 A policy is its own choices on top of it: an order, a fit key, a guard.
+
+Numba compiles a function once per argument types, and a literal (True, 0)
+passed between compiled functions is a type of its own: constants passed
+there are np.bool_ / np.int64 values, and the grids C-ordered, so the
+first run compiles each loop once.
 """
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ class Footprint:
             lay, cols = self.lay, np.arange(start, end)
             need = self.need[self.el[:, None], cols[None, :]]  # (E, L)
             users = np.empty(end - start, dtype=np.int64)  # (L,)
-            _first_reaching(self.holder[start:end], self.served[:, start:end], need,
+            served = np.ascontiguousarray(self.served[:, start:end])  # one compiled layout
+            _first_reaching(self.holder[start:end], served, need,
                             lay.pool_ok[self.el, lay.gpu_pool[first]], lay.gpu_node,
                             int(lay.gpu_node[first + k - 1]), users)
             self._redo_from(start, end, users)
@@ -201,7 +202,7 @@ class Footprint:
                 if len(at):
                     free = ~self.hard.busy[t + at]  # (C, G)
                     free[:, g:g + k] = False
-                    served[:, at] = self.repack(free, t + at, users[at])[0]
+                    served[:, at] = self.repack(free, t + at, users[at].astype(np.int64))[0]
             out[i] = max(base - float((w[:, None] * served).sum()), 0.0)
             if until_free and out[i] <= EPS:
                 out[i + 1:] = np.inf

@@ -109,8 +109,8 @@ def guarded_fit(run, busy, blocks, block_pool, k, length, steps, d, t, slack, su
                 return -1, False
             later = 0.0
             at, _, _ = guarded_find(run, busy, blocks, block_pool, k, d, t + 1, slack,
-                                    subset_pools, subset_priority, subset_replica, True, False,
-                                    value, gpu_node, n_nodes)
+                                    subset_pools, subset_priority, subset_replica, np.bool_(True),
+                                    np.bool_(False), value, gpu_node, n_nodes)
             if at >= 0:
                 later = value * min(steps, T - at)
             if not best > later + EPS:

@@ -122,11 +122,12 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
                 continue
             x = slot[k]
             if guarded and not low_ok[x]:
-                lows(slack, k, 0, low[x])
+                lows(slack, k, np.int64(0), low[x])
                 low_ok[x] = True
             t, g, none_free = guarded_find_low(run, busy, class_blocks[lo:hi], block_pool[lo:hi],
                                                k, d, after, slack, subset_pools, subset_priority,
-                                               subset_replica, guarded, True, priority[j] * k,
+                                               subset_replica, guarded, np.bool_(True),
+                                               priority[j] * k,
                                                gpu_node, n_nodes, low[x])
             if t >= 0:
                 break
@@ -230,8 +231,9 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                 if lo < hi:
                     first, hard = guarded_fit(run, busy, blocks, pools, k, length[i], steps[j],
                                               duration[j], t, slack, subset_pools,
-                                              subset_priority, subset_replica, guarded, False,
-                                              value, -1, gpu_node, n_nodes)
+                                              subset_priority, subset_replica, guarded,
+                                              np.bool_(False), value, np.int64(-1), gpu_node,
+                                              n_nodes)
                 if first < 0 and hard:
                     failed[c] = length[i]
                     if not displaced and demand_aware:
@@ -240,7 +242,8 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                             first, _ = guarded_fit(run, busy, blocks, pools, k, length[i], steps[j],
                                                    duration[j], t, slack, subset_pools,
                                                    subset_priority, subset_replica, guarded,
-                                                   True, value, -1, gpu_node, n_nodes)
+                                                   np.bool_(True), value, np.int64(-1),
+                                                   gpu_node, n_nodes)
             if first >= 0:
                 place(j, t, first, k, t + length[i], busy, busy_gpus, owner, run, start_of,
                       first_of, slack, subset_pools, gpu_pool)
@@ -253,8 +256,9 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                 if lo < hi:  # its earliest later start, displacing where worth it
                     at, g, _ = guarded_find(run, busy, blocks, pools, k, duration[j],
                                             max(arrival[j], t + 1), slack, subset_pools,
-                                            subset_priority, subset_replica, guarded, True,
-                                            float(priority[j] * k), gpu_node, n_nodes)
+                                            subset_priority, subset_replica, guarded,
+                                            np.bool_(True), float(priority[j] * k), gpu_node,
+                                            n_nodes)
                     if at >= 0:
                         ghost_start, ghost_first, ghost_k = at, g, k
                         ghost_end = at + min(steps[j], T - at)

@@ -149,11 +149,18 @@ def fill_elastic(lay, free: np.ndarray, owner: np.ndarray | None, jobs, need: np
     if len(jobs) == 0 or free.shape[0] == 0:
         return served
     labels = jobs if owner is not None else np.full(len(jobs), -1, dtype=np.int64)
-    if owner is None:
-        owner = _NO_OWNER
-    fill(free, owner, labels, np.ascontiguousarray(need, dtype=np.int64), lay.gpus[jobs],
-         lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn,
-         lay.pool_nodes, high, served, lay.gpu_node, np.zeros(free.shape[0], dtype=np.int64))
+    # The compiled loop takes C-ordered grids only (each layout would compile
+    # it again): others are filled as copies, written back.
+    grid_free = np.ascontiguousarray(free)
+    grid_owner = _NO_OWNER if owner is None else np.ascontiguousarray(owner)
+    fill(grid_free, grid_owner, labels, np.ascontiguousarray(need, dtype=np.int64),
+         lay.gpus[jobs], lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool,
+         lay.pool_gpn, lay.pool_nodes, bool(high), served, lay.gpu_node,
+         np.zeros(free.shape[0], dtype=np.int64))
+    if grid_free is not free:
+        free[...] = grid_free
+    if owner is not None and grid_owner is not owner:
+        owner[...] = grid_owner
     return served
 
 

@@ -63,7 +63,7 @@ def serve_span(lo, hi, busy, owner, has_owner, elastic_value, elastic_used, orde
         pack = np.argsort(compat[arrived], kind="mergesort")  # restricted_first's order
         serve_columns(free, owner[lo:hi] if has_owner else owner,
                       jobs if has_owner else np.full(E, -1, dtype=np.int64), need, gpus[jobs],
-                      pool_ok[jobs], node_first, node_end, node_pool, pool_gpn, pool_nodes, False,
+                      pool_ok[jobs], node_first, node_end, node_pool, pool_gpn, pool_nodes, np.bool_(False),
                       gpu_node, classes, gpu_pool, pack, worth[jobs], has_owner, served)
     for c in range(C):
         value, used = 0.0, 0

@@ -26,9 +26,9 @@ def serve(s: Scenario, v: Scenario, index: list[int], planned: torch.Tensor, tau
     updated; it requeues). Returns the jobs cut."""
     lay = layout(s)
     R = stop - tau
-    window = owner[:, tau:stop].T.numpy()  # (R, G) a copy, written back below
+    window = np.ascontiguousarray(owner[:, tau:stop].T.numpy())  # (R, G) a copy, written back below
     actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
-    plan = planned[:, :R].T.numpy()  # (R, G)
+    plan = np.ascontiguousarray(planned[:, :R].T.numpy())  # (R, G)
     unmet = actual.copy()
     for vj in range(v.J):
         if v.jobs[vj].rigid:

@@ -223,7 +223,7 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
         _copy(s_slack, slack)
         _copy(s_value, elastic_value)
         _copy(s_used, elastic_used)
-        lo, hi = T, 0
+        lo, hi = T, np.int64(0)
         waiting = np.flatnonzero(plannable & (start < 0))
         forced = -1
         if waiting.shape[0] and _uniform(rng) < 0.5:
@@ -290,7 +290,7 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                       class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, span)
         lo, hi = span[0], span[1]
         if hi > lo:
-            serve_span(lo, hi, busy, no_owner, False, elastic_value, elastic_used, order,
+            serve_span(lo, hi, busy, no_owner, np.bool_(False), elastic_value, elastic_used, order,
                        order_arrival, compat, demand, gpus, pool_ok, worth, step_weight,
                        discounted, node_first, node_end, node_pool, pool_gpn, pool_nodes,
                        gpu_node, classes, gpu_pool)
