@@ -446,6 +446,8 @@ def test_each_compiled_loop_compiles_once_per_array_type():
     array layout it meets (the first run's wait): after every policy offline
     and online on a cluster of two GPU types (Hall's path), no compiled
     function of gpualloc was typed with a literal or a grid not C-ordered."""
+    import sys
+
     from numba.core import types
     from numba.core.registry import CPUDispatcher
 
@@ -456,11 +458,12 @@ def test_each_compiled_loop_compiles_once_per_array_type():
         api.plan(s, name)
     for name in ("greedy", "allocator"):
         api.online(s, name, replan_every=3)
-    import gc
+    compiled = {id(fn): fn for name, module in list(sys.modules.items())
+                if name.startswith("gpualloc") for fn in vars(module).values()
+                if isinstance(fn, CPUDispatcher)}
+    assert len(compiled) > 20  # the core's loops, the search's, greedy's
     loose = []
-    for fn in gc.get_objects():
-        if not (isinstance(fn, CPUDispatcher) and fn.py_func.__module__.startswith("gpualloc")):
-            continue
+    for fn in compiled.values():
         for sig in fn.signatures:
             for a in sig:
                 if isinstance(a, types.Literal) or (isinstance(a, types.Array)
