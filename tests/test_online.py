@@ -277,8 +277,9 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     assert check(s, plan.owner).ok and len(views) == 12
 
 
-@pytest.mark.parametrize("moves, full_every", [(0, None), (40, None), (40, 4)])
-def test_each_replan_gets_the_online_search_settings(moves, full_every):
+@pytest.mark.parametrize("moves, full_every, relax_every", [
+    (0, None, None), (40, None, None), (40, 4, None), (40, None, 4)])
+def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_every):
     # online.search_moves caps the first walk, online.anneal_moves sets the
     # second, online.relax_iterations the relaxation's steps (offline settings
     # do not leak into the replans).
@@ -303,19 +304,24 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every):
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
                   "gpus": 2, "duration": 3} for i in range(4)]})
     c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20,
-            full_every=full_every, relax_iterations=3)
+            full_every=full_every, relax_every=relax_every, relax_iterations=3)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)
     assert check(s, plan.owner).ok
     # Replans at 0, 2, 4, 6; j1 and j3 arrive at 1 and 3: the light form there,
-    # and at a periodic replan sooner than full_every steps after a full one.
+    # and at a periodic replan sooner than full_every steps after a full one;
+    # a full one sooner than relax_every steps after a relaxed one: unrelaxed.
     full, light = ("best", 30, moves, 3), ("priority", 20, 0, 3)
-    if full_every is None:
-        assert seen == [full, light] * 2 + [full] * 2
-    else:
+    unrelaxed = ("priority", 30, moves, 3)
+    if full_every is not None:
         assert seen == [full, light, light, light, full, light]
-    assert plan.info["full_replans"] == seen.count(full)
+    elif relax_every is not None:
+        assert seen == [full, light, unrelaxed, light, full, unrelaxed]
+    else:
+        assert seen == [full, light] * 2 + [full] * 2
+    assert plan.info["full_replans"] == seen.count(full) + seen.count(unrelaxed)
+    assert plan.info["relaxed_replans"] == seen.count(full)
 
 
 @pytest.mark.parametrize("fill", [True, False])

@@ -69,6 +69,16 @@ class OnlineConfig:
     costs about what replanning every full_every steps does. Greedy plans
     only a replan's window, and weighs its backfill variant over the whole
     view at full replans only. null: every periodic replan is full."""
+    relax_every: Optional[int] = 24
+    """The allocator's relaxation comes at most this many steps apart: a
+    full replan sooner than that after the last relaxed one builds from
+    priority orders and the last plan only (with the full replan's search).
+    null: every full replan relaxes. Chosen on tuning seeds 6-11 of the six
+    contended scenarios and the tuning window: against relaxing at every
+    full replan (6), the value x0.9997 every 6 steps and x0.9999 every step
+    (below on 22 of 37 runs, above on 15) at x0.82 and x0.84 the time
+    (bench/results/online_relax_every_every6.md, _every1.md); with the
+    search seeded 0 instead of by the run's seed, x1.0009 at x0.75."""
     search_moves: int = 500
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
@@ -120,6 +130,7 @@ class OnlineConfig:
         r.number("arrival_search_moves", "[0, inf)", integer=True)
         r.number("replan_every", "[1, inf)", integer=True)
         r.number("full_every", "[1, inf)", integer=True, null=True)
+        r.number("relax_every", "[1, inf)", integer=True, null=True)
         r.one_of("forecast", FORECASTS)
         r.number("ewma_alpha", "(0, 1]")
         r.number("period_steps", "[1, inf)", integer=True, null=True)

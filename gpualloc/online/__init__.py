@@ -30,7 +30,10 @@ its cheap form where it has one (the allocator: priority-order builds and
 the last plan, no relaxation, `arrival_search_moves` of search). So does a
 periodic replan less than `online.full_every` steps after the allocator's
 last full one: replanning every step then costs about what replanning every
-`full_every` steps does. Each view carries its window (`Scenario.window`):
+`full_every` steps does; a full replan sooner than `online.relax_every`
+steps after the last relaxed one skips the relaxation (the priority-order
+builds and the last plan, with the full search). Each view carries its
+window (`Scenario.window`):
 greedy, which decides each step from the steps before it, plans only the
 window, the steps the loop executes; it weighs its backfill variant over the
 whole view at full replans only, and the light ones keep that choice

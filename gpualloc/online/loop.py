@@ -40,6 +40,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             name: str, on_view) -> Plan:
     o = cfg.online
     cfg, light = replan_configs(cfg)
+    unrelaxed = without_relaxation(cfg)
     # Steps where rigid work arrives; each is known at its own step, and a
     # window that reaches one ends there, so every decision from that step
     # on comes from a plan made then.
@@ -55,8 +56,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = arrival_replans = filled = deferred = full_replans = 0
-    last_full = None  # the step of the last full replan
+    replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = 0
+    last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
@@ -80,8 +81,12 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                     or not periodic and o.replan_on_arrival == "full")
             last_full = tau if full else last_full
             full_replans += full
+            relaxed = full and (last_relaxed is None or o.relax_every is None
+                                or tau - last_relaxed >= o.relax_every)
+            last_relaxed = tau if relaxed else last_relaxed
+            relaxed_replans += relaxed
             v.carry = None if full else carry
-            made = policy(v, cfg if full else light, device)
+            made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
             carry = made.info.get("carry") if full else carry
             planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
@@ -106,6 +111,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "replan_every": o.replan_every, "replans": replans,
                                    "arrival_replans": arrival_replans,
                                    "full_replans": full_replans,
+                                   "relaxed_replans": relaxed_replans,
                                    "filled": filled, "deferred": deferred})
 
 
@@ -136,6 +142,16 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         light.solver.local_search_anneal_iters = 0
         light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
     return cfg, light
+
+
+def without_relaxation(cfg: RunConfig) -> RunConfig:
+    """A full replan's settings without the relaxation (online.relax_every):
+    the priority-order builds and the last plan, the full replan's search."""
+    if getattr(cfg, "solver", None) is None:
+        return cfg
+    out = copy.deepcopy(cfg)
+    out.solver.rounding = "priority"
+    return out
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
