@@ -58,7 +58,9 @@ def serve_span(lo, hi, busy, owner, has_owner, elastic_value, elastic_used, orde
     E, C = jobs.shape[0], hi - lo
     served = np.zeros((E, C), dtype=np.int64)
     if E:
-        need = np.ascontiguousarray(demand[jobs][:, lo:hi])
+        need = np.empty((E, C), dtype=np.int64)
+        for i in range(E):  # the span's columns only (not whole rows, then cut)
+            need[i] = demand[jobs[i], lo:hi]
         free = np.logical_not(busy[lo:hi])
         pack = np.argsort(compat[arrived], kind="mergesort")  # restricted_first's order
         serve_columns(free, owner[lo:hi] if has_owner else owner,

@@ -171,6 +171,14 @@ def _copy(dst, src):
 
 
 @njit(cache=True)
+def _same_row(a, b, t):
+    for g in range(a.shape[1]):
+        if a[t, g] != b[t, g]:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _clear_costs(busy, fixed, start, end, blocks, k):
     """(B,) float64: busy cells of each block [b, b + k) over [start, end),
     inf where a fixed cell lies in it."""
@@ -288,12 +296,22 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                       busy_gpus, owner, run, start, first, slack, subset_pools, subset_priority,
                       subset_replica, guarded, gpus, duration, arrival, priority, job_class,
                       class_ptr, class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, span)
-        lo, hi = span[0], span[1]
-        if hi > lo:
-            serve_span(lo, hi, busy, no_owner, np.bool_(False), elastic_value, elastic_used, order,
+        # A step's service depends on its own free GPUs only: served again
+        # where the move left them otherwise (a ruined job often goes back
+        # where it was).
+        c = span[0]
+        while c < span[1]:
+            if _same_row(busy, s_busy, c):
+                c += 1
+                continue
+            d = c + 1
+            while d < span[1] and not _same_row(busy, s_busy, d):
+                d += 1
+            serve_span(c, d, busy, no_owner, np.bool_(False), elastic_value, elastic_used, order,
                        order_arrival, compat, demand, gpus, pool_ok, worth, step_weight,
                        discounted, node_first, node_end, node_pool, pool_gpn, pool_nodes,
                        gpu_node, classes, gpu_pool)
+            c = d
         rigid, early = rigid_totals(start, duration, worth, cum_weight, discounted)
         served = 0.0
         for t in range(T):
