@@ -281,7 +281,8 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     (0, None, None), (40, None, None), (40, 4, None), (40, None, 4)])
 def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_every):
     # online.search_moves caps the first walk, online.anneal_moves sets the
-    # second, online.relax_iterations the relaxation's steps (offline settings
+    # second, online.relax_iterations the relaxation's steps,
+    # online.search_max_waiting the waiting jobs a move tries (offline settings
     # do not leak into the replans).
     from gpualloc.config import SolverConfig
     from gpualloc.policies.allocator import allocator
@@ -291,6 +292,7 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
     def spy(view, c, device="cpu"):
         seen.append((c.solver.rounding, c.solver.local_search_iters,
                      c.solver.local_search_anneal_iters, c.solver.iterations))
+        assert c.solver.local_search_max_waiting == 5  # online.search_max_waiting
         plan = allocator(view, c.solver, device, rivals=rivals())
         # (An ideal replan, returned at once, walks neither.)
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0
@@ -304,7 +306,8 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
         "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
                   "gpus": 2, "duration": 3} for i in range(4)]})
     c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20,
-            full_every=full_every, relax_every=relax_every, relax_iterations=3)
+            full_every=full_every, relax_every=relax_every, relax_iterations=3,
+            search_max_waiting=5)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)

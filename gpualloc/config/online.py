@@ -83,6 +83,14 @@ class OnlineConfig:
     """The allocator's local-search moves per replan, at most (patience a
     fifth of it; solver.local_search_iters when lower): a replan's plan is
     kept only until the next one."""
+    search_max_waiting: int = 8
+    """The waiting jobs each of the allocator's search moves tries to insert
+    again, at most (solver.local_search_max_waiting when lower; offline 24).
+    Most of a move's time online goes to insertions that fail: many small
+    jobs wait and fit nowhere. Chosen on tuning seeds 6-11 of the six
+    contended scenarios and the tuning window: against 24, the value x1.0009
+    every 6 steps and x1.0002 every step at x0.88 and x0.84 the time
+    (bench/results/online_max_waiting_every6.md, _every1.md)."""
     relax_iterations: int = 30
     """The allocator's relaxation steps per full replan, at most
     (solver.iterations when lower; offline it runs solver.iterations, 60).
@@ -124,6 +132,7 @@ class OnlineConfig:
         r.number("discount", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
         r.number("relax_iterations", "[0, inf)", integer=True)
+        r.number("search_max_waiting", "[0, inf)", integer=True)
         r.number("anneal_moves", "[0, inf)", integer=True)
         r.one_of("arrivals", ARRIVALS)
         r.one_of("replan_on_arrival", ARRIVAL_REPLANS)

@@ -100,6 +100,10 @@ class SolverConfig:
     by up to this share of the best value, shrinking to 0 over the first half
     of its moves or time (its patience counts only after that; 0: only moves
     that keep or raise it)."""
+    local_search_max_waiting: int = 24
+    """Jobs no plan has placed yet that a search move tries to insert again,
+    at most (a random sample beyond that): most of a move's time where many
+    wait and fit nowhere under the guard."""
     time_limit_s: Optional[float] = None
     """Opt-in wall-clock cap in seconds for the allocator's local search (null:
     none, the default). The search's budget is work: local_search_iters
@@ -174,6 +178,7 @@ class SolverConfig:
         r.number("deep_search_anneal_iters", "[0, inf)", integer=True)
         r.number("deep_search_moves_per_job", "[0, inf)", integer=True)
         r.number("local_search_accept_worse", "[0, 1)")
+        r.number("local_search_max_waiting", "[0, inf)", integer=True)
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
         r.pair("ruin_window", "[1, inf)", integer=True)

@@ -129,6 +129,8 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         cfg.solver.start_from_greedy = False
         cfg.solver.local_search_iters = min(cfg.solver.local_search_iters, o.search_moves)
         cfg.solver.iterations = min(cfg.solver.iterations, o.relax_iterations)
+        cfg.solver.local_search_max_waiting = min(cfg.solver.local_search_max_waiting,
+                                                  o.search_max_waiting)
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))
