@@ -327,34 +327,6 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
     assert plan.info["relaxed_replans"] == seen.count(full)
 
 
-@pytest.mark.parametrize("relax_every", [None, 4])
-def test_greedy_weighs_its_variants_only_at_a_relaxed_replan(relax_every):
-    # Greedy weighs its backfill variant over the whole view (no carry) at
-    # most every online.relax_every steps; every replan between plans its
-    # window with the variant carried from the last weighing.
-    greedy = POLICIES["greedy"]
-    seen = []
-
-    def spy(view, c, device="cpu"):
-        plan = greedy(view, c, device)
-        seen.append(view.carry)
-        assert plan.info["carry"]["greedy_variant"] in ("greedy", "backfill")
-        if view.carry is not None:
-            assert plan.info["carry"] == view.carry
-        return plan
-
-    s = from_dict({"name": "two", "horizon": 8, "step_minutes": 60, "cluster": {"pools": [
-        {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
-        "jobs": [{"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": i,
-                  "gpus": 2, "duration": 3} for i in range(4)]})
-    plan = online(s, spy, cfg("last_day", 2, full_every=None, relax_every=relax_every))
-    assert check(s, plan.owner).ok
-    # Replans at 0, 2, 4, 6 and at the arrivals 1 and 3.
-    weighed = [c is None for c in seen]
-    assert weighed == ([True, False, True, False, True, True] if relax_every is None
-                       else [True, False, False, False, True, False])
-
-
 @pytest.mark.parametrize("fill", [True, False])
 def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     # One 8-GPU node, a replan every 6 steps. At 0 the plan runs `first` on

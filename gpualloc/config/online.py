@@ -70,16 +70,10 @@ class OnlineConfig:
     only a replan's window, and weighs its backfill variant over the whole
     view at full replans only. null: every periodic replan is full."""
     relax_every: Optional[int] = 24
-    """A policy's whole-view work comes at most this many steps apart: the
-    allocator's relaxation (a full replan sooner than that after the last
-    relaxed one builds from priority orders and the last plan only, with
-    the full replan's search), greedy's weighing of its backfill variant
-    over the whole view (the replans between keep its choice). null: at
-    every full replan. Greedy's weighing, chosen on the same seeds: against
-    weighing at every full replan, its value x1.0001 every 6 steps (below
-    on 19 runs, above on 11) and x1.0009 every step (16 and 7), the time
-    x0.58 and x0.61 (bench/results/online_greedy_weigh_every6.md, _every1.md).
-    The allocator's relaxation: Chosen on tuning seeds 6-11 of the six
+    """The allocator's relaxation comes at most this many steps apart: a
+    full replan sooner than that after the last relaxed one builds from
+    priority orders and the last plan only (with the full replan's search).
+    null: every full replan relaxes. Chosen on tuning seeds 6-11 of the six
     contended scenarios and the tuning window: against relaxing at every
     full replan (6), the value x0.9997 every 6 steps and x0.9999 every step
     (below on 22 of 37 runs, above on 15) at x0.82 and x0.84 the time

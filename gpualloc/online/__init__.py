@@ -36,8 +36,8 @@ builds and the last plan, with the full search). Each view carries its
 window (`Scenario.window`):
 greedy, which decides each step from the steps before it, plans only the
 window, the steps the loop executes; it weighs its backfill variant over the
-whole view only at a replan `online.relax_every` steps or more after the
-last weighing, and the replans between keep that choice (`Scenario.carry`).
+whole view at full replans only, and the light ones keep that choice
+(`Scenario.carry`).
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:

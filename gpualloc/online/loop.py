@@ -85,9 +85,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                 or tau - last_relaxed >= o.relax_every)
             last_relaxed = tau if relaxed else last_relaxed
             relaxed_replans += relaxed
-            v.carry = None if relaxed else carry
+            v.carry = None if full else carry
             made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
-            carry = made.info.get("carry") if relaxed else carry
+            carry = made.info.get("carry") if full else carry
             planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic

@@ -113,10 +113,10 @@ class Scenario:
     step may leave later steps unplanned. None: every step. Not part of the
     file format."""
     carry: dict | None = None
-    """Online: what the last relaxed replan's plan carried (its Plan.info
-    "carry"; online.relax_every), handed to the replans after it: a choice a
-    policy makes over the whole view and keeps until the next such replan.
-    Not part of the file format."""
+    """Online: what the last full replan's plan carried (its Plan.info
+    "carry"), handed to the light replans after it: a choice a policy makes
+    over the whole view at a full replan and keeps until the next one. Not
+    part of the file format."""
 
     # ---- sizes -------------------------------------------------------------
     @property
