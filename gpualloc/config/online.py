@@ -40,10 +40,6 @@ class OnlineConfig:
     plan of the known jobs is indifferent to postponing work the horizon does
     not cut, but online what it postpones competes with jobs not yet known,
     so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
-    price: float = 0.0
-    """Each view's priorities lowered by this share of the mean priority of
-    the rigid work waiting, weighted by its GPU-steps (gpualloc.online.view.priced):
-    the value a GPU-step held now denies work arriving later. 0: none."""
     arrivals: str = "none"
     """none | history: with history, each replan also plans placeholder jobs
     for the rigid work it expects to arrive (rates, sizes, durations and
@@ -134,7 +130,6 @@ class OnlineConfig:
     def validate(self, at: str = "online") -> None:
         r = Rules(self, at)
         r.number("discount", "[0, 1)")
-        r.number("price", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
         r.number("relax_iterations", "[0, inf)", integer=True)
         r.number("search_max_waiting", "[0, inf)", integer=True)

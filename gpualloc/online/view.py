@@ -27,11 +27,10 @@ class Committed:
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
          step_minutes: float, pools, G: int,
-         expected: list[Job] | None = None, price: float = 0.0) -> tuple[Scenario, list[int]]:
+         expected: list[Job] | None = None) -> tuple[Scenario, list[int]]:
     """The scenario the planner sees at tau, and view job -> scenario job (IDLE
     for the `expected` placeholders, appended last). Built from the
-    observation, the forecast and the commitments only; with `price`
-    (online.price), every job's priority lowered by it (`priced`)."""
+    observation, the forecast and the commitments only."""
     tau = obs.tau
     T = horizon - tau
     jobs, index, fixed_cells = [], [], []
@@ -69,27 +68,9 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     for k in expected or []:
         jobs.append(k)
         index.append(IDLE)  # a placeholder: no scenario job behind it
-    if price > 0:
-        jobs = priced(jobs, [j == IDLE or j not in committed.start for j in index], price)
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
                  jobs=jobs, fixed=fixed)
     return v, index
-
-
-def priced(jobs: list[Job], waiting: list[bool], price: float) -> list[Job]:
-    """`jobs` with each priority lowered by `price` times the mean priority
-    of the rigid work still waiting, weighted by its GPU-steps (floored at a
-    tenth of its own, so the order of priorities stays): a GPU-step held
-    now is one that work arriving later cannot use. A plan of the known
-    jobs alone fills free GPUs with whatever is waiting; with the price,
-    dense work goes first and a long run of sparse work weighs less than
-    the GPUs it holds."""
-    work = [(k.priority, k.gpus * k.duration) for k, w in zip(jobs, waiting) if w and k.rigid]
-    if not work:
-        return jobs
-    mean = sum(p * n for p, n in work) / sum(n for _, n in work)
-    cut = price * mean
-    return [replace(k, priority=max(k.priority - cut, 0.1 * k.priority)) for k in jobs]
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
@@ -110,6 +91,5 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
         future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
-    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected,
-                    o.price)
+    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
     return v.share_cluster(s), index
