@@ -332,6 +332,54 @@ def test_removing_many_jobs_at_once_is_removing_each(s, data):
     assert (one.occ.run == kb.runs_of(one.occ.busy)).all()
 
 
+@given(scenarios(), st.integers(0, 2**31 - 1))
+@settings(max_examples=30)
+def test_holding_a_plans_placements_at_once_is_placing_each(s, seed):
+    # adopt holds a plan's placements in one compiled call (place_held); on
+    # any grid, even one whose jobs overlap, it must hold what placing each
+    # job where its cells begin, in job order, where the block is still
+    # free, holds.
+    import torch
+
+    from gpualloc.core.schedule import Schedule, adopt
+
+    rng = np.random.default_rng(seed)
+    owner = torch.from_numpy(rng.integers(-1, s.J, size=(s.G, s.T)))
+    held = adopt(s, owner)
+    each = Schedule(s)
+    lay, grid = each.lay, owner.numpy()
+    for j in range(s.J):
+        g, t = np.nonzero(grid == j)
+        if not len(g) or not lay.rigid[j] or each.done[j] or t.min() < lay.arrival[j]:
+            continue
+        st_, g0 = int(t.min()), int(g.min())
+        blocks = lay.blocks(j)
+        at = np.searchsorted(blocks, g0)
+        if at < len(blocks) and blocks[at] == g0 and each.occ.free_at(j, st_)[at]:
+            each.place(j, st_, g0)
+    each.fill_elastic()
+    for a, b in ((held.occ.busy, each.occ.busy), (held.occ.owner, each.occ.owner),
+                 (held.occ.run, each.occ.run), (held.occ.busy_gpus, each.occ.busy_gpus),
+                 (held.start, each.start), (held.first, each.first),
+                 (held.guard.slack, each.guard.slack)):
+        assert (a == b).all()
+    assert held.value() == each.value()
+
+
+@pytest.mark.parametrize("name", ["mixed", "batch_flood"])
+def test_priority_order_of_many_jobs_is_the_sorted_order(name):
+    # Many jobs are ordered at once (numpy); it must be the plain sort's order.
+    import gpualloc as ga
+    from gpualloc.core import priority_order
+
+    s = ga.generate(name, seed=1)
+    key = lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j)  # noqa: E731
+    assert s.J >= 64
+    assert priority_order(s) == sorted(range(s.J), key=key)
+    some = list(range(s.J))[::-2]  # descending, as callers may pass them
+    assert priority_order(s, some) == sorted(some, key=key)
+
+
 def _guard_tables(data):
     """A random guard: slack (U, T) and the pools of each union (U, P)."""
     U, P, T = (data.draw(st.integers(1, n)) for n in (4, 3, 12))

@@ -38,7 +38,12 @@ def priority_order(s: Scenario, jobs=None) -> list[int]:
     """Jobs (all by default) by priority, highest first; ties: arrival, then
     scenario order."""
     jobs = range(s.J) if jobs is None else jobs
-    return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
+    if len(jobs) < 64:
+        return sorted(jobs, key=lambda j: (-s.jobs[j].priority, s.jobs[j].arrival, j))
+    # The same order at once: online views of thousands of jobs sort often (issue 28).
+    jobs = np.asarray(jobs, dtype=np.int64)
+    priority, arrival = s.priority.numpy()[jobs], s.arrival.numpy()[jobs]
+    return jobs[np.lexsort((jobs, arrival, -priority))].tolist()
 
 
 def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from gpualloc.core.blocks import update_runs
+from gpualloc.core.blocks import block_free, update_runs
 from gpualloc.core.guard import _take, guarded_find, guarded_find_low, guarded_fit, lows
 
 
@@ -35,6 +35,28 @@ def place(j, start, first, k, end, busy, busy_gpus, owner, run, start_of, first_
         if subset_pools[u, pool]:
             for t in range(start, end):
                 slack[u, t] -= k
+
+
+@njit(cache=True)
+def place_held(jobs, starts, firsts, ends, busy, busy_gpus, owner, run, start_of, first_of,
+               slack, subset_pools, gpus, gpu_pool, job_class, class_ptr, class_blocks):
+    """Each of `jobs` at (starts[i], firsts[i]) until ends[i], in order,
+    where that is one of its candidate blocks and still free: a plan's
+    placements held (gpualloc.core.schedule.adopt). Returns how many."""
+    n = 0
+    for i in range(jobs.shape[0]):
+        j, t, g0 = jobs[i], starts[i], firsts[i]
+        c = job_class[j]
+        blocks = class_blocks[class_ptr[c]:class_ptr[c + 1]]
+        at = np.searchsorted(blocks, g0)
+        if at == blocks.shape[0] or blocks[at] != g0:
+            continue
+        if not block_free(run, g0, gpus[j], t, ends[i] - t):
+            continue
+        place(j, t, g0, gpus[j], ends[i], busy, busy_gpus, owner, run, start_of, first_of,
+              slack, subset_pools, gpu_pool)
+        n += 1
+    return n
 
 
 @njit(cache=True)

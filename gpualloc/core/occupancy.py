@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpualloc.core import blocks as kb
-from gpualloc.core.insert import mark, place, unplace
+from gpualloc.core.insert import mark, place, place_held, unplace
 from gpualloc.core.layout import Layout
 from gpualloc.plan import IDLE
 
@@ -136,6 +136,21 @@ class Occupancy:
               self.start, self.first, self._no_slack if slack is None else slack,
               self._no_pools if pools is None else pools, self.lay.gpu_pool)
         self.version += 1
+
+    def place_held(self, jobs: np.ndarray, starts: np.ndarray, firsts: np.ndarray,
+                   slack: np.ndarray | None = None, pools: np.ndarray | None = None) -> int:
+        """`place` for each of `jobs` (n,) int64 at starts, firsts (n,), in
+        order, where that is one of its blocks and still free for its run;
+        one compiled call. Returns how many were placed."""
+        lay = self.lay
+        ends = starts + np.minimum(self.steps_of(jobs), self.T - starts)
+        n = place_held(jobs, starts, firsts, ends, self.busy, self.busy_gpus, self.owner,
+                       self.run, self.start, self.first,
+                       self._no_slack if slack is None else slack,
+                       self._no_pools if pools is None else pools, lay.gpus, lay.gpu_pool,
+                       lay.job_class, lay.class_ptr, lay.class_blocks)
+        self.version += n
+        return n
 
     def remove(self, j: int, slack: np.ndarray | None = None,
                pools: np.ndarray | None = None) -> None:

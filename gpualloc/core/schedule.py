@@ -333,15 +333,10 @@ def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,
     first = np.full(lay.J, sched.G, dtype=np.int64)
     np.minimum.at(start, j, t)
     np.minimum.at(first, j, g)
-    for job in np.unique(j).tolist():
-        if sched.done[job]:
-            continue
-        st, g0 = int(start[job]), int(first[job])
-        blocks = lay.blocks(job)
-        at = np.searchsorted(blocks, g0)
-        if at < len(blocks) and blocks[at] == g0 and st >= lay.arrival[job] and (
-                sched.occ.free_at(job, st)[at]):
-            sched.place(job, st, g0)
+    held = np.unique(j)
+    held = held[~sched.done[held] & (start[held] >= lay.arrival[held])]
+    sched.occ.place_held(held, start[held], first[held], sched.guard.slack,
+                         sched.guard.subset_pools)
     if complete:
         sched.insert_all(priority_order(s, sched.waiting()), demand_aware)
     sched.fill_elastic()

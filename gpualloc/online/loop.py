@@ -217,11 +217,10 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
                           torch.where(busy, torch.arange(v.T).expand(v.G, v.T), v.T).flatten(),
                           "amin")
-    decided = fixed_jobs(v)
+    # Lists: a tensor read per job was most of this loop with thousands waiting.
+    decided, first = fixed_jobs(v).tolist(), first.tolist()
     commits = []
-    for vj in range(v.J):
-        job = v.jobs[vj]
-        j = index[vj]
+    for vj, (job, j) in enumerate(zip(v.jobs, index)):
         if not job.rigid or j == IDLE:  # placeholders hold capacity, never run
             continue
         if decided[vj] and not job.preemptible or not decided[vj] and first[vj] >= R:
@@ -290,11 +289,13 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     waiting: list[int] = []  # due jobs that did not start at their step
     # Preemptible jobs' progress: none is started here, so one pass serves the window.
     progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
+    # The window's arrivals that may fill, read once (thousands of jobs, issue 28).
+    fills = [j for j in torch.nonzero((s.arrival > tau) & (s.arrival < stop) & s.rigid
+                                      & ~s.preemptible & ~s.unplaceable).flatten().tolist()
+             ] if o.fill_between else []
     for t in range(tau if guarded else tau + 1, stop):
         now_due = [j for j, (t0, _) in due.items() if t0 == t]
-        new = [j for j in range(s.J) if tau < s.jobs[j].arrival <= t and s.jobs[j].rigid
-               and not s.jobs[j].preemptible and j not in committed.start
-               and not bool(s.unplaceable[j])] if o.fill_between else []
+        new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]
         if not now_due and not new and not waiting:
             continue
         now = committed

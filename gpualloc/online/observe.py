@@ -30,7 +30,7 @@ class Observation:
 def visible(s: Scenario, tau: int) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner."""
-    jobs = [j for j in range(s.J) if s.jobs[j].arrival <= tau]
+    jobs = torch.nonzero(s.arrival <= tau).flatten().tolist()
     known = [s.jobs[j] if s.jobs[j].demand is None
              else replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])) for j in jobs]
     rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]

@@ -242,9 +242,15 @@ class Scenario:
     @cached_property
     def pool_compat(self) -> torch.Tensor:
         """(J, P) bool: job may use the pool's GPUs (type and memory)."""
-        rows = [[(j.gpu_types is None or pool.gpu_type in j.gpu_types)
-                 and pool.memory_gb >= j.min_memory_gb for pool in self.pools]
-                for j in self.jobs]
+        rows, seen = [], {}  # most jobs share their needs: one row per kind of need
+        for j in self.jobs:
+            need = (None if j.gpu_types is None else tuple(j.gpu_types), j.min_memory_gb)
+            row = seen.get(need)
+            if row is None:
+                row = seen[need] = [(j.gpu_types is None or pool.gpu_type in j.gpu_types)
+                                    and pool.memory_gb >= j.min_memory_gb
+                                    for pool in self.pools]
+            rows.append(row)
         return torch.tensor(rows, dtype=torch.bool).reshape(self.J, len(self.pools))
 
     @cached_property
