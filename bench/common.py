@@ -7,6 +7,8 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -126,3 +128,28 @@ def run_child(module: str, spec: dict, timeout: float, base: dict) -> dict:
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
         return {**base, "status": f"failed (exit {r.returncode}): {tail}"}
     return json.loads(lines[-1])
+
+
+@contextmanager
+def worktree(commit: str):
+    """A checkout of `commit` in a temporary git worktree, removed after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=ROOT,
+                       check=True, capture_output=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                           capture_output=True)
+
+
+def run_in(checkout: Path, script: str, spec: dict):
+    """`script` run by Python in `checkout` (its own gpualloc and bench), with
+    `spec` as JSON in argv[1]; returns the JSON of its last line of output."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    r = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], cwd=checkout, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"recording in {checkout} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])

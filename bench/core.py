@@ -40,7 +40,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, composed, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, git_commit, machine, run_in, worktree
 
 # Runs in a checkout of either commit: only what both have (the policy
 # registry, build_scenario, the metrics, the checker, bench.quality.SMALL).
@@ -91,40 +91,24 @@ print(json.dumps(out))
 '''
 
 
-def record(checkout: Path, spec: dict) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    r = subprocess.run([sys.executable, "-c", RECORD, json.dumps(spec)], cwd=checkout, env=env,
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"recording in {checkout} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def before_after(args) -> dict:
     import numpy as np
 
     spec = {"small": args.small_seeds, "seven": SEVEN, "seeds": list(range(args.seeds)),
             "policies": ["greedy", "allocator"]}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT,
-                       check=True, capture_output=True)
-        try:
-            started = time.perf_counter()
-            old = record(base, {**spec, "plans": str(Path(tmp) / "old.npz")})
-            new = record(ROOT, {**spec, "plans": str(Path(tmp) / "new.npz")})
-            seconds = time.perf_counter() - started
-            old_plans, new_plans = np.load(Path(tmp) / "old.npz"), np.load(Path(tmp) / "new.npz")
-            rows = []
-            for o, n in zip(old, new):
-                assert o["key"] == n["key"]
-                rows.append({"key": n["key"], "before": o["value"], "after": n["value"],
-                             "ratio": n["value"] / o["value"] if o["value"] else 1.0,
-                             "same_plan": bool((old_plans[n["key"]] == new_plans[n["key"]]).all()),
-                             "before_s": o["wall_s"], "after_s": n["wall_s"]})
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                           capture_output=True)
+    with tempfile.TemporaryDirectory() as tmp, worktree(args.base) as base:
+        started = time.perf_counter()
+        old = run_in(base, RECORD, {**spec, "plans": str(Path(tmp) / "old.npz")})
+        new = run_in(ROOT, RECORD, {**spec, "plans": str(Path(tmp) / "new.npz")})
+        seconds = time.perf_counter() - started
+        old_plans, new_plans = np.load(Path(tmp) / "old.npz"), np.load(Path(tmp) / "new.npz")
+        rows = []
+        for o, n in zip(old, new):
+            assert o["key"] == n["key"]
+            rows.append({"key": n["key"], "before": o["value"], "after": n["value"],
+                         "ratio": n["value"] / o["value"] if o["value"] else 1.0,
+                         "same_plan": bool((old_plans[n["key"]] == new_plans[n["key"]]).all()),
+                         "before_s": o["wall_s"], "after_s": n["wall_s"]})
     return {"base": args.base, "rows": rows, "seconds": seconds}
 
 

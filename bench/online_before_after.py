@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, git_commit, machine
+from bench.common import ROOT, SEVEN, git_commit, machine, run_in, worktree
 from gpualloc.files import atomic_write_text
 
 # Runs in a checkout of either commit: only what both have.
@@ -55,15 +52,6 @@ print(json.dumps(out))
 '''
 
 
-def record(checkout: Path, spec: dict) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    r = subprocess.run([sys.executable, "-c", RECORD, json.dumps(spec)], cwd=checkout, env=env,
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"recording in {checkout} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def key(row: dict) -> tuple:
     return row["case"], row["seed"], row["policy"], row["replan_every"]
 
@@ -73,18 +61,11 @@ def compare(args) -> dict:
             "generated": args.generated, "scenarios": args.scenarios, "seeds": args.seeds,
             "replan_every": args.replan_every}
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT,
-                       check=True, capture_output=True)
-        try:
-            for r in range(args.rounds):
-                for side in (("base", "head") if r % 2 == 0 else ("head", "base")):
-                    runs[side].append(record(base if side == "base" else ROOT, spec))
-                    print(f"round {r + 1}: {side} done", file=sys.stderr, flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                           capture_output=True)
+    with worktree(args.base) as base:
+        for r in range(args.rounds):
+            for side in (("base", "head") if r % 2 == 0 else ("head", "base")):
+                runs[side].append(run_in(base if side == "base" else ROOT, RECORD, spec))
+                print(f"round {r + 1}: {side} done", file=sys.stderr, flush=True)
     rows = []
     for i, first in enumerate(runs["base"][0]):
         b = [rnd[i] for rnd in runs["base"]]
@@ -108,8 +89,9 @@ def report(result: dict) -> str:
     lines = [
         "# Online wall times before and after",
         "",
-        f"Machine: {result['machine']['cpu']}, {result['machine']['cores']} CPUs; this checkout `{result['commit']}` against "
-        f"`{result['base']}`; {result['rounds']} rounds, the sides alternating.",
+        f"Machine: {result['machine']['cpu']}, {result['machine']['cores']} CPUs; "
+        f"this checkout `{result['commit']}` against `{result['base']}`; "
+        f"{result['rounds']} rounds, the sides alternating.",
         "",
         f"`{result['command']}`",
         "",
