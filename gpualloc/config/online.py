@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from gpualloc.config.rules import ARRIVAL_REPLANS, ARRIVALS, FORECASTS, GREEDY_STARTS, Rules
+from gpualloc.config.rules import ARRIVAL_REPLANS, ARRIVALS, FORECASTS, Rules
 
 
 # ---- online (rolling-horizon) mode -----------------------------------------------------
@@ -117,11 +117,6 @@ class OnlineConfig:
     Chosen on tuning seeds 3-9 (replan every 6): the allocator's online gain
     +49.35% -> +49.61%, below greedy (with the same setting) on 1 of 42 runs (2 before). Seeds 0-2:
     +48.2% -> +48.6% (bench/results/online.md)."""
-    greedy_start: str = "none"
-    """none | full | all: the allocator's replans whose repair also adopts
-    greedy's plan of the view as a start for the search (what
-    solver.start_from_greedy does offline): none, the full replans, or
-    every replan (at arrivals too)."""
     anneal_moves: int = 0
     """Moves of the allocator's second walk per replan (threshold accepting
     from the repaired plan, the better plan kept; what
@@ -141,7 +136,6 @@ class OnlineConfig:
         r.number("anneal_moves", "[0, inf)", integer=True)
         r.one_of("arrivals", ARRIVALS)
         r.one_of("replan_on_arrival", ARRIVAL_REPLANS)
-        r.one_of("greedy_start", GREEDY_STARTS)
         r.number("arrival_search_moves", "[0, inf)", integer=True)
         r.number("replan_every", "[1, inf)", integer=True)
         r.number("full_every", "[1, inf)", integer=True, null=True)
