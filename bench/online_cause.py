@@ -29,7 +29,6 @@ from gpualloc.run import build_scenario
 SETTINGS = {
     "greedy": ("greedy", []),
     "allocator, exact objective, no memory": ("allocator", ["online.discount=0",
-                                                            "online.discount_turnover=0",
                                                             "online.search_moves=1500"]),
     "allocator, discounted": ("allocator", ["online.search_moves=1500"]),
     "allocator, discounted, from the last plan (default)": ("allocator", []),

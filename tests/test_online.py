@@ -327,34 +327,6 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
     assert plan.info["relaxed_replans"] == seen.count(full)
 
 
-@pytest.mark.parametrize("turnover", [0.0, 1.0, 2.0])
-def test_each_replan_is_discounted_by_the_turnover_of_the_jobs_seen(turnover):
-    # online.discount_turnover / the mean duration of the rigid jobs arrived
-    # so far, at most online.discount_max; online.discount before the first
-    # arrival and with turnover 0. Durations 10 (at 1), 30 (at 3), 2 (at 5).
-    from gpualloc.policies.allocator import allocator
-
-    seen = {}
-
-    def spy(view, c, device="cpu"):
-        seen[view.fixed.shape[1]] = c.solver.discount  # the view's length: T - tau
-        return allocator(view, c.solver, device, rivals=rivals())
-
-    s = from_dict({"name": "three", "horizon": 8, "step_minutes": 60, "cluster": {"pools": [
-        {"name": "h", "count": 1, "gpus_per_node": 4, "gpu_type": "H", "memory_gb": 80}]},
-        "jobs": [{"id": "svc", "kind": "realtime_inference", "priority": 5, "arrival": 0, "gpus": 1,
-                  "demand": [1] * 8}] + [
-            {"id": f"j{i}", "kind": "training", "priority": 1 + i, "arrival": a, "gpus": 1,
-             "duration": d} for i, (a, d) in enumerate([(1, 10), (3, 30), (5, 2)])]})
-    plan = online(s, spy, cfg("last_day", 1, discount=0.02, discount_turnover=turnover,
-                              discount_max=0.09))
-    assert check(s, plan.owner).ok
-    mean = {0: None, 1: 10, 2: 10, 3: 20, 4: 20, 5: 14, 6: 14, 7: 14}
-    want = {8 - tau: 0.02 if m is None or turnover == 0 else min(0.09, turnover / m)
-            for tau, m in mean.items()}
-    assert seen == pytest.approx(want)
-
-
 @pytest.mark.parametrize("fill", [True, False])
 def test_fill_between_replans_starts_arrivals_where_the_plan_leaves_room(fill):
     # One 8-GPU node, a replan every 6 steps. At 0 the plan runs `first` on

@@ -36,24 +36,10 @@ class OnlineConfig:
     at 0.25: 18-19 replicas short against none, for 2-5 points more value
     lost to the guarantee)."""
     discount: float = 0.05
-    """The allocator's per-step discount in each replan (solver.discount) with
-    discount_turnover 0, and before any rigid job has arrived: a plan of the
-    known jobs is indifferent to postponing work the horizon does not cut,
-    but online what it postpones competes with jobs not yet known, so a
-    GPU-step now is worth more than one later (bench/results/online_cause.md)."""
-    discount_turnover: float = 1.0
-    """Each replan's discount is this over the mean duration (steps) of the
-    rigid jobs arrived so far, at most discount_max: postponed work competes
-    with new work sooner where jobs turn over fast (batch jobs of a few
-    steps) than where they run for days. 0: `discount` throughout. Chosen on
-    tuning seeds 6-11 of the six contended scenarios and the tuning window,
-    against the fixed 0.05: value x1.0003 (below on 28 runs, above on 39,
-    every 6 steps and every step), below greedy online on 2 of 74 runs
-    against 5, at x1.05 the time (bench/results/online_turnover_tuning.md)."""
-    discount_max: float = 0.15
-    """The discount_turnover discount's cap (quantization jobs of about 5
-    steps would be discounted at 0.2: x0.9970 on tuning seeds, every 6
-    steps)."""
+    """The allocator's per-step discount in each replan (solver.discount): a
+    plan of the known jobs is indifferent to postponing work the horizon does
+    not cut, but online what it postpones competes with jobs not yet known,
+    so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
     arrivals: str = "none"
     """none | history: with history, each replan also plans placeholder jobs
     for the rigid work it expects to arrive (rates, sizes, durations and
@@ -144,8 +130,6 @@ class OnlineConfig:
     def validate(self, at: str = "online") -> None:
         r = Rules(self, at)
         r.number("discount", "[0, 1)")
-        r.number("discount_turnover", "[0, inf)")
-        r.number("discount_max", "[0, 1)")
         r.number("search_moves", "[0, inf)", integer=True)
         r.number("relax_iterations", "[0, inf)", integer=True)
         r.number("search_max_waiting", "[0, inf)", integer=True)

@@ -52,7 +52,6 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
-    discount = discounts(s, o)  # (T,) each replan's
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
@@ -87,10 +86,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             last_relaxed = tau if relaxed else last_relaxed
             relaxed_replans += relaxed
             v.carry = None if full else carry
-            at = cfg if relaxed else unrelaxed if full else light
-            if getattr(at, "solver", None) is not None:
-                at.solver.discount = float(discount[tau])
-            made = policy(v, at, device)
+            made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
             carry = made.info.get("carry") if full else carry
             planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
@@ -100,8 +96,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
                             0 if guarded else 1 if o.commit_at_start else None)
         if o.fill_between or due:
-            done = _between_replans(s, o, discount, oracle, tau, stop, previous, committed,
-                                    owner, due, guarded)
+            done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
+                                    guarded)
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner)
@@ -148,24 +144,6 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         light.solver.local_search_anneal_iters = 0
         light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
     return cfg, light
-
-
-def discounts(s: Scenario, o: OnlineConfig) -> np.ndarray:
-    """(T,) each step's replan discount: online.discount_turnover over the
-    mean duration (steps) of the rigid jobs arrived by then, at most
-    online.discount_max; online.discount before any has arrived, or with
-    discount_turnover 0."""
-    out = np.full(s.T, o.discount)
-    if o.discount_turnover <= 0:
-        return out
-    arrived = np.zeros((2, s.T))  # count, summed duration of rigid arrivals per step
-    for j in s.jobs:
-        if j.rigid and j.arrival < s.T:
-            arrived[:, j.arrival] += (1, j.duration)
-    count, total = np.cumsum(arrived, axis=1)
-    seen = count > 0
-    out[seen] = np.minimum(o.discount_max, o.discount_turnover * count[seen] / total[seen])
-    return out
 
 
 def without_relaxation(cfg: RunConfig) -> RunConfig:
@@ -290,8 +268,8 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
     return out
 
 
-def _between_replans(s: Scenario, o: OnlineConfig, discount: np.ndarray, oracle, tau: int,
-                     stop: int, previous: np.ndarray | None, committed: Committed,
+def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
+                     previous: np.ndarray | None, committed: Committed,
                      owner: torch.Tensor, due: dict[int, tuple[int, int]],
                      guarded: bool = False) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
@@ -328,13 +306,13 @@ def _between_replans(s: Scenario, o: OnlineConfig, discount: np.ndarray, oracle,
                            headroom=o.guarantee_headroom if guarded else 0.0)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
-            sched = Schedule(v, discount=float(discount[t]))
+            sched = Schedule(v, discount=o.discount)
         else:
             # The last plan's placements of jobs not started, where still free: held.
             hint = _hint(previous, index, t, s.J)
             started = [to_view[j] for j in committed.start if j in to_view]
             hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
-            sched = adopt(v, hint, float(discount[t]))
+            sched = adopt(v, hint, o.discount)
         for j in priority_order(s, now_due) + priority_order(s, new + waiting):
             vj = to_view[j]
             if int(sched.start[vj]) >= 0:
