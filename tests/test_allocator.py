@@ -372,6 +372,38 @@ def test_the_search_value_after_each_move_is_its_plans():
 
 
 
+def test_each_move_leaves_the_grids_its_plan_holds():
+    # A move restores (or keeps) only the steps it touched, and the free runs
+    # before them: after every move, accepted or undone, the grids are those
+    # of the jobs' placements.
+    from gpualloc.core import priority_order
+    from gpualloc.core import blocks as kb
+    from gpualloc.core.schedule import Schedule
+    from gpualloc.policies.allocator.search import improve
+    import gpualloc as ga
+
+    s = ga.generate("training_heavy", seed=0)
+    sched = Schedule(s, discount=0.05)
+    sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid])
+    sched.fill_elastic()
+    occ, lay = sched.occ, sched.lay
+    wrong = []
+
+    def grids(it, best):
+        owner = np.full(occ.owner.shape, -1)
+        for j in np.flatnonzero(occ.start >= 0):
+            t, g = int(occ.start[j]), int(occ.first[j])
+            owner[t:t + int(lay.duration[j]), g:g + int(lay.gpus[j])] = j
+        if not ((occ.owner == owner).all() and (occ.busy == (owner >= 0)).all()
+                and (occ.run == kb.runs_of(occ.busy)).all()
+                and (occ.busy_gpus == occ.busy.sum(1)).all()):
+            wrong.append(it)
+
+    stats = improve(sched, 150, seed=2, progress=grids, chunk=1)
+    assert stats.iterations == 150 and 0 < stats.accepted < 150  # moves undone too
+    assert wrong == []
+
+
 def test_the_walk_in_chunks_is_the_walk_at_once():
     # The clock and the progress bar cut the compiled walk into chunks; its
     # random stream and its kept plan carry across them, so the plan is the
