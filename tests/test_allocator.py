@@ -373,9 +373,9 @@ def test_the_search_value_after_each_move_is_its_plans():
 
 
 def test_each_move_leaves_the_grids_its_plan_holds():
-    # A move restores (or keeps) only the steps it touched, and the free runs
-    # before them: after every move, accepted or undone, the grids are those
-    # of the jobs' placements.
+    # After every move, accepted or undone, the grids are those of the jobs'
+    # placements (a move that restored only the steps it touched would have
+    # to restore the free runs before them too: 21ce4c2).
     from gpualloc.core import priority_order
     from gpualloc.core import blocks as kb
     from gpualloc.core.schedule import Schedule

@@ -171,12 +171,6 @@ def _copy(dst, src):
 
 
 @njit(cache=True)
-def _rows(dst, src, lo, hi):
-    if lo < hi:
-        dst[lo:hi] = src[lo:hi]
-
-
-@njit(cache=True)
 def _same_row(a, b, t):
     for g in range(a.shape[1]):
         if a[t, g] != b[t, g]:
@@ -228,8 +222,9 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
             return
         ints[0] += 1
         ints[5] += 1
-        # The grids' snapshot is kept equal to them between moves, row by row
-        # over what a move touched (below); the small arrays are copied.
+        _copy(s_busy, busy)
+        _copy(s_owner, owner)
+        _copy(s_run, run)
         _copy(s_start, start)
         _copy(s_first, first)
         _copy(s_busy_gpus, busy_gpus)
@@ -352,15 +347,10 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                       k_slack, k_value, k_used)
             ints[4] += 1 if value < current - 1e-9 else 0
             floats[1] = value
-            _rows(s_busy, busy, span[0], span[1])
-            _rows(s_owner, owner, span[0], span[1])
-            _rows(s_run, run, 0, span[1])
         else:
-            # Cells changed only in the span's steps; a run changed at steps
-            # before them too (update_runs).
-            _rows(busy, s_busy, span[0], span[1])
-            _rows(owner, s_owner, span[0], span[1])
-            _rows(run, s_run, 0, span[1])
+            _copy(busy, s_busy)
+            _copy(owner, s_owner)
+            _copy(run, s_run)
             _copy(start, s_start)
             _copy(first, s_first)
             _copy(busy_gpus, s_busy_gpus)
