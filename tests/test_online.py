@@ -117,6 +117,40 @@ def test_planner_never_reads_the_future(doc, forecast_, every, tau0, seed, arriv
     assert ids(a, plan_a.owner)[:tau0 + 1] == ids(b, plan_b.owner)[:tau0 + 1]
 
 
+SHARED = ("priority", "gpus", "rigid", "min_served", "preemptible", "restart_cost",
+          "pool_compat", "unplaceable", "job_class")
+
+
+@given(scenario_docs(max_horizon=12), st.integers(1, 3))
+def test_views_read_the_scenarios_job_arrays_as_their_own(doc, every):
+    # A view takes its jobs' fixed arrays as the scenario's rows
+    # (Scenario.share_jobs): they must be the ones its own jobs give.
+    s = from_dict(doc)
+    _, views = run_online(s, "last_day", every)
+    for tau, v, index in views:
+        own = Scenario(name=v.name, horizon=v.horizon, step_minutes=v.step_minutes,
+                       pools=v.pools, jobs=list(v.jobs), fixed=v.fixed)
+        for name in SHARED:
+            assert torch.equal(getattr(v, name), getattr(own, name)), (tau, name)
+        assert v.class_size == own.class_size
+        assert len(v.class_blocks) == len(own.class_blocks)
+        assert all(torch.equal(a, b) for a, b in zip(v.class_blocks, own.class_blocks))
+
+
+def test_views_reuse_their_copies_of_waiting_jobs_until_the_horizon_cuts_them():
+    from gpualloc.api import generate
+    from gpualloc.online.view import Committed, view_at
+
+    s, o = generate("batch_flood", seed=0), OnlineConfig()
+    copies, cut = {}, False
+    for t in range(0, s.T, 5):
+        a, index = view_at(s, t, o, None, Committed(start={}), copies=copies)
+        b, same = view_at(s, t, o, None, Committed(start={}))
+        assert index == same and a.to_dict() == b.to_dict()
+        cut |= any(k.rigid and k.duration < s.jobs[j].duration for k, j in zip(a.jobs, index))
+    assert cut and copies  # the cut durations came in new copies
+
+
 @given(scenario_docs(max_horizon=12), st.integers(1, 3))
 def test_placeholders_copy_seen_jobs_and_never_run(doc, every):
     s = from_dict(doc)

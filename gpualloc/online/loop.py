@@ -59,6 +59,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = 0
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
+    copies = {}  # the views' copies of jobs not started (online.view.view)
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
     while tau < s.T:
@@ -69,7 +70,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made = progress[:, :tau].sum(1)
             committed.progress = {j: int(made[j]) for j in committed.start}
-        v, index = view_at(s, tau, o, oracle, committed, period)
+        v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
         v.hint = _hint(previous, index, tau, s.J)
         v.window = stop - tau
         if on_view is not None:
@@ -97,7 +98,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                             0 if guarded else 1 if o.commit_at_start else None)
         if o.fill_between or due:
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
-                                    guarded)
+                                    guarded, copies)
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner)
@@ -163,7 +164,7 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     better plan moves them)."""
     # numpy: these (G, T) grids are small, and torch's threads cost more than the work.
     to_scenario = np.array(index + [IDLE], dtype=np.int64)  # view job -> scenario job
-    rigid = np.array([j.rigid for j in v.jobs] + [False])
+    rigid = np.append(v.rigid.numpy(), False)
     p = planned.numpy()
     out = np.full((s.G, s.T), IDLE, dtype=np.int64)
     out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
@@ -271,7 +272,7 @@ def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
 def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                      previous: np.ndarray | None, committed: Committed,
                      owner: torch.Tensor, due: dict[int, tuple[int, int]],
-                     guarded: bool = False) -> tuple[int, int]:
+                     guarded: bool = False, copies: dict | None = None) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's,
     but with `guarded`: guaranteed services' forecast raised by
@@ -303,7 +304,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             made = progress[:, :t].sum(1)
             now = replace(committed, progress={j: int(made[j]) for j in committed.start})
         v, index = view_at(s, t, o, oracle, now,
-                           headroom=o.guarantee_headroom if guarded else 0.0)
+                           headroom=o.guarantee_headroom if guarded else 0.0, copies=copies)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)

@@ -30,12 +30,15 @@ class Observation:
 def visible(s: Scenario, tau: int) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner."""
-    jobs = torch.nonzero(s.arrival <= tau).flatten().tolist()
-    known = [s.jobs[j] if s.jobs[j].demand is None
-             else replace(s.jobs[j], demand=list(s.jobs[j].demand[:tau + 1])) for j in jobs]
-    rows = [torch.tensor(k.demand, dtype=torch.long) for k in known if k.demand is not None]
+    arrived = torch.nonzero(s.arrival <= tau).flatten()
+    jobs = arrived.tolist()
+    known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
+    elastic = torch.nonzero(~s.rigid[arrived]).flatten().tolist()
+    for i in elastic:
+        known[i] = replace(known[i], demand=list(known[i].demand[:tau + 1]))
+    rows = [torch.tensor(known[i].demand, dtype=torch.long) for i in elastic]
     history = torch.stack(rows) if rows else torch.zeros(0, tau + 1, dtype=torch.long)
-    arrivals = torch.tensor([k.arrival for k in known if k.demand is not None], dtype=torch.long)
+    arrivals = torch.tensor([known[i].arrival for i in elastic], dtype=torch.long)
     history[torch.arange(tau + 1)[None, :] < arrivals[:, None]] = 0  # before arrival: nothing
     return Observation(tau=tau, jobs=jobs, known=known, history=history)
 

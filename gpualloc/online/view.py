@@ -26,11 +26,13 @@ class Committed:
 
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
-         step_minutes: float, pools, G: int,
-         expected: list[Job] | None = None) -> tuple[Scenario, list[int]]:
+         step_minutes: float, pools, G: int, expected: list[Job] | None = None,
+         copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
     """The scenario the planner sees at tau, and view job -> scenario job (IDLE
     for the `expected` placeholders, appended last). Built from the
-    observation, the forecast and the commitments only."""
+    observation, the forecast and the commitments only. `copies`: the
+    copies of jobs not started that earlier views made, by scenario index,
+    reused while their cut duration holds (and added to)."""
     tau = obs.tau
     T = horizon - tau
     jobs, index, fixed_cells = [], [], []
@@ -60,7 +62,15 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
         else:
             # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
-            jobs.append(_copy(k, arrival=0, duration=min(k.duration, T)))
+            # With thousands waiting, the copies were a tenth of a view (issue 28):
+            # one per job while its cut stays.
+            duration = min(k.duration, T)
+            copy = copies.get(j) if copies is not None else None
+            if copy is None or copy.duration != duration:
+                copy = _copy(k, arrival=0, duration=duration)
+                if copies is not None:
+                    copies[j] = copy
+            jobs.append(copy)
         index.append(j)
     fixed = torch.full((G, T), IDLE, dtype=torch.long)
     for v, g0, k, length in fixed_cells:
@@ -84,12 +94,14 @@ def _copy(k: Job, **changes) -> Job:
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
-            period: int | None = None, headroom: float = 0.0) -> tuple[Scenario, list[int]]:
+            period: int | None = None, headroom: float = 0.0,
+            copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then, the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
     with `headroom`, guaranteed services' forecast raised by that share
-    (rounded up). Returns the view and its jobs' scenario indices (`view`)."""
+    (rounded up); `copies`, as `view` says. Returns the view and its jobs'
+    scenario indices (`view`)."""
     obs = visible(s, t)
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
@@ -101,5 +113,9 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
         future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
-    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected)
-    return v.share_cluster(s), index
+    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected,
+                    copies)
+    v.share_cluster(s)
+    if not expected:  # placeholders have no row of s
+        v.share_jobs(s, index)
+    return v, index

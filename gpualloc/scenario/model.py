@@ -179,6 +179,30 @@ class Scenario:
                 self.__dict__[name] = other.__dict__[name]
         return self
 
+    def share_jobs(self, other: Scenario, rows: list[int]) -> Scenario:
+        """Self, whose job i is a copy of other's job rows[i] (same kind,
+        size, priority, needs; its own arrival, duration and demand), given
+        the arrays those fix as other's rows: the online loop builds a view of
+        thousands of known jobs every step (issue 28)."""
+        if not rows:
+            return self
+        at = torch.tensor(rows, dtype=torch.long)
+        for name in ("priority", "gpus", "rigid", "min_served", "preemptible", "restart_cost",
+                     "pool_compat", "unplaceable"):
+            self.__dict__[name] = getattr(other, name)[at]
+        # Other's classes, renumbered in order of first appearance as _classes numbers them.
+        kept, inverse = torch.unique(other.job_class[at], return_inverse=True)
+        first = torch.full((len(kept),), len(rows), dtype=torch.long).scatter_reduce_(
+            0, inverse, torch.arange(len(rows)), "amin")
+        order = torch.argsort(first)
+        renumber = torch.empty_like(order)
+        renumber[order] = torch.arange(len(order))
+        classes = kept[order].tolist()
+        self.__dict__["_classes"] = (renumber[inverse],
+                                     [other.class_size[c] for c in classes],
+                                     [other.class_blocks[c] for c in classes])
+        return self
+
     # ---- job arrays ----------------------------------------------------------
     @cached_property
     def priority(self) -> torch.Tensor:
