@@ -218,14 +218,15 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
                           torch.where(busy, torch.arange(v.T).expand(v.G, v.T), v.T).flatten(),
                           "amin")
-    # Lists: a tensor read per job was most of this loop with thousands waiting.
-    decided, first = fixed_jobs(v).tolist(), first.tolist()
+    # Only the jobs this window starts or may cut: thousands wait (issue 28).
+    decided = fixed_jobs(v)
+    placeholder = np.array(index, dtype=np.int64) == IDLE  # they hold capacity, never run
+    acts = (v.rigid.numpy() & ~placeholder
+            & np.where(decided, v.preemptible.numpy(), first[:-1].numpy() < R))
+    decided = decided.tolist()
     commits = []
-    for vj, (job, j) in enumerate(zip(v.jobs, index)):
-        if not job.rigid or j == IDLE:  # placeholders hold capacity, never run
-            continue
-        if decided[vj] and not job.preemptible or not decided[vj] and first[vj] >= R:
-            continue
+    for vj in np.flatnonzero(acts).tolist():
+        job, j = v.jobs[vj], index[vj]
         runs = _runs(planned == vj)
         if decided[vj]:  # running: its fixed cells start at 0; a cut ends them
             length = int((v.fixed == vj).any(0).sum())

@@ -30,9 +30,7 @@ def serve(s: Scenario, v: Scenario, index: list[int], planned: torch.Tensor, tau
     actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
     plan = np.ascontiguousarray(planned[:, :R].T.numpy())  # (R, G)
     unmet = actual.copy()
-    for vj in range(v.J):
-        if v.jobs[vj].rigid:
-            continue
+    for vj in np.flatnonzero(~v.rigid.numpy()).tolist():
         j = index[vj]
         mine = (plan == vj) & (window == IDLE)  # (R, G)
         # The lowest planned blocks, up to demand.
