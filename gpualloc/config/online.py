@@ -117,12 +117,6 @@ class OnlineConfig:
     Chosen on tuning seeds 3-9 (replan every 6): the allocator's online gain
     +49.35% -> +49.61%, below greedy (with the same setting) on 1 of 42 runs (2 before). Seeds 0-2:
     +48.2% -> +48.6% (bench/results/online.md)."""
-    decide_now: bool = False
-    """Experiment: rigid starts at the replan's own step are decided there
-    too, as commit_at_start decides later ones."""
-    displace_discount: Optional[float] = None
-    """Experiment: the discount of commit_at_start's displacement check
-    (null: online.discount)."""
     anneal_moves: int = 0
     """Moves of the allocator's second walk per replan (threshold accepting
     from the repaired plan, the better plan kept; what

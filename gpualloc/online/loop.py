@@ -95,7 +95,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
-                            0 if guarded or o.decide_now else 1 if o.commit_at_start else None)
+                            0 if guarded else 1 if o.commit_at_start else None)
         if o.fill_between or due:
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
                                     guarded, copies)
@@ -288,7 +288,6 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
       priority first.
     Returns (arrivals started, due jobs that did not start at their step)."""
     filled, deferred = 0, 0
-    discount = o.discount if o.displace_discount is None else o.displace_discount
     waiting: list[int] = []  # due jobs that did not start at their step
     # Preemptible jobs' progress: none is started here, so one pass serves the window.
     progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
@@ -296,7 +295,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     fills = [j for j in torch.nonzero((s.arrival > tau) & (s.arrival < stop) & s.rigid
                                       & ~s.preemptible & ~s.unplaceable).flatten().tolist()
              ] if o.fill_between else []
-    for t in range(tau if guarded or o.decide_now else tau + 1, stop):
+    for t in range(tau if guarded else tau + 1, stop):
         now_due = [j for j, (t0, _) in due.items() if t0 == t]
         new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]
         if not now_due and not new and not waiting:
@@ -309,13 +308,13 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                            headroom=o.guarantee_headroom if guarded else 0.0, copies=copies)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
-            sched = Schedule(v, discount=discount)
+            sched = Schedule(v, discount=o.discount)
         else:
             # The last plan's placements of jobs not started, where still free: held.
             hint = _hint(previous, index, t, s.J)
             started = [to_view[j] for j in committed.start if j in to_view]
             hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
-            sched = adopt(v, hint, discount)
+            sched = adopt(v, hint, o.discount)
         for j in priority_order(s, now_due) + priority_order(s, new + waiting):
             vj = to_view[j]
             if int(sched.start[vj]) >= 0:
