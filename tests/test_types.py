@@ -8,7 +8,7 @@ import pytest
 
 from gpualloc.check import check
 from gpualloc.config import GreedyConfig
-from gpualloc.core.classes import hall_served, unions
+from gpualloc.core.classes import hall_served, restricted_first, serve_columns, served_counts, unions
 from gpualloc.core.layout import layout
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
@@ -75,6 +75,36 @@ def test_hall_served_compiled_matches_the_numpy_rule(seed):
     subsets = unions(lay, jobs)
     assert hall_served(lay, subsets, free, jobs, need).tolist() == \
         hall_reference(lay, subsets, free, jobs, need).tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_served_counts_are_serve_columns_counts(seed):
+    """The local search's counts-only service (columns the plain fill serves
+    whole are not packed again) counts what serve_columns serves, on short
+    columns and whole ones."""
+    rng = np.random.default_rng(seed)
+    types = ["A100", "L40S", "H100"]
+    pools = [(int(rng.integers(1, 3)), int(rng.choice([2, 4, 8])), types[p]) for p in range(3)]
+    services = [elastic(f"e{i}", int(rng.choice([1, 2, 4])), [1] * 6,
+                        gpu_types=sorted(set(rng.choice(types, int(rng.integers(1, 4))).tolist())),
+                        priority=int(rng.integers(1, 10)))
+                for i in range(int(rng.integers(1, 7)))]
+    lay = layout(scen(pools, services))
+    jobs = np.arange(len(services), dtype=np.int64)
+    free = rng.random((12, lay.G)) < 0.7
+    need = rng.integers(0, 1 + int(rng.choice([1, 3, 8])), size=(len(jobs), 12))
+    args = (lay.gpus[jobs], lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool,
+            lay.pool_gpn, lay.pool_nodes)
+    rest = (lay.gpu_node, unions(lay, jobs.tolist()), lay.gpu_pool,
+            restricted_first(lay, jobs.tolist()), (lay.priority * lay.gpus)[jobs].astype(float))
+    whole = np.zeros(need.shape, dtype=np.int64)
+    serve_columns(free.copy(), np.zeros((1, 1), dtype=np.int64), np.full(len(jobs), -1),
+                  need, *args, False, rest[0], rest[1], rest[2], rest[3], rest[4], False, whole)
+    counts = np.zeros(need.shape, dtype=np.int64)
+    kept = free.copy()
+    served_counts(kept, need, *args, *rest, counts)
+    assert counts.tolist() == whole.tolist()
+    assert (kept == free).all()  # left as it was
 
 
 @pytest.mark.parametrize("type_aware", [True, False])

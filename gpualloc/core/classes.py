@@ -165,3 +165,46 @@ def serve_columns(free, owner, labels, need, gpus, pool_ok, node_first, node_end
             free[c] = plain_free[c]
             if has_owner:
                 owner[c] = plain_owner[c]
+
+
+@njit(cache=True)
+def served_counts(free, need, gpus, pool_ok, node_first, node_end, node_pool, pool_gpn,
+                  pool_nodes, gpu_node, subset_pools, gpu_pool, order, worth, out):
+    """serve_columns' replica counts only (nothing written but out (E, C);
+    `free` (C, G) is left as it was): where the plain fill in the order of
+    service serves every replica wanted, no packing serves more, and the
+    counts are the demand whichever serve_columns keeps (every worth > 0),
+    so only the other columns are packed again (the local search serves
+    mostly such columns, a third of the work)."""
+    C, G = free.shape
+    E = gpus.shape[0]
+    plain_free = free.copy()
+    labels = np.full(E, -1, dtype=np.int64)
+    no_owner = np.zeros((1, 1), dtype=np.int64)
+    fill(plain_free, no_owner, labels, need, gpus, pool_ok, node_first, node_end, node_pool,
+         pool_gpn, pool_nodes, False, out, gpu_node, np.zeros(C, dtype=np.int64))
+    if subset_pools.shape[0] <= 1 or E == 0:
+        return
+    positive = True
+    for i in range(E):
+        positive = positive and worth[i] > 0
+    short = np.zeros(C, dtype=np.bool_)
+    for c in range(C):
+        for i in range(E):
+            if out[i, c] != need[i, c] or not positive:
+                short[c] = True
+                break
+    cols = np.flatnonzero(short)
+    if cols.shape[0] == 0:
+        return
+    sub_free = np.empty((cols.shape[0], G), dtype=np.bool_)
+    sub_need = np.empty((E, cols.shape[0]), dtype=np.int64)
+    for x in range(cols.shape[0]):
+        sub_free[x] = free[cols[x]]
+        sub_need[:, x] = need[:, cols[x]]
+    sub_out = np.zeros((E, cols.shape[0]), dtype=np.int64)
+    serve_columns(sub_free, no_owner, labels, sub_need, gpus, pool_ok, node_first, node_end,
+                  node_pool, pool_gpn, pool_nodes, False, gpu_node, subset_pools, gpu_pool,
+                  order, worth, False, sub_out)
+    for x in range(cols.shape[0]):
+        out[:, cols[x]] = sub_out[:, x]

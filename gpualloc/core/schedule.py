@@ -21,7 +21,8 @@ from gpualloc.core.guard import DemandGuard, guarded_find, guarded_fit
 from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.classes import _NO_OWNER, _NO_SUBSETS, compatible_gpus, serve_columns, unions
+from gpualloc.core.classes import (_NO_OWNER, _NO_SUBSETS, compatible_gpus, serve_columns,
+                                   served_counts, unions)
 from gpualloc.scenario import Scenario
 
 
@@ -63,10 +64,14 @@ def serve_span(lo, hi, busy, owner, has_owner, elastic_value, elastic_used, orde
             need[i] = demand[jobs[i], lo:hi]
         free = np.logical_not(busy[lo:hi])
         pack = np.argsort(compat[arrived], kind="mergesort")  # restricted_first's order
-        serve_columns(free, owner[lo:hi] if has_owner else owner,
-                      jobs if has_owner else np.full(E, -1, dtype=np.int64), need, gpus[jobs],
-                      pool_ok[jobs], node_first, node_end, node_pool, pool_gpn, pool_nodes, np.bool_(False),
-                      gpu_node, classes, gpu_pool, pack, worth[jobs], has_owner, served)
+        if has_owner:
+            serve_columns(free, owner[lo:hi], jobs, need, gpus[jobs], pool_ok[jobs], node_first,
+                          node_end, node_pool, pool_gpn, pool_nodes, np.bool_(False), gpu_node,
+                          classes, gpu_pool, pack, worth[jobs], has_owner, served)
+        else:
+            served_counts(free, need, gpus[jobs], pool_ok[jobs], node_first, node_end, node_pool,
+                          pool_gpn, pool_nodes, gpu_node, classes, gpu_pool, pack, worth[jobs],
+                          served)
     for c in range(C):
         value, used = 0.0, 0
         for i in range(E):
