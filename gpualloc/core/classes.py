@@ -181,8 +181,9 @@ def served_counts(free, need, gpus, pool_ok, node_first, node_end, node_pool, po
     plain_free = free.copy()
     labels = np.full(E, -1, dtype=np.int64)
     no_owner = np.zeros((1, 1), dtype=np.int64)
+    no = np.bool_(False)  # not the literal: one compiled form of fill and serve_columns
     fill(plain_free, no_owner, labels, need, gpus, pool_ok, node_first, node_end, node_pool,
-         pool_gpn, pool_nodes, False, out, gpu_node, np.zeros(C, dtype=np.int64))
+         pool_gpn, pool_nodes, no, out, gpu_node, np.zeros(C, dtype=np.int64))
     if subset_pools.shape[0] <= 1 or E == 0:
         return
     positive = True
@@ -204,7 +205,7 @@ def served_counts(free, need, gpus, pool_ok, node_first, node_end, node_pool, po
         sub_need[:, x] = need[:, cols[x]]
     sub_out = np.zeros((E, cols.shape[0]), dtype=np.int64)
     serve_columns(sub_free, no_owner, labels, sub_need, gpus, pool_ok, node_first, node_end,
-                  node_pool, pool_gpn, pool_nodes, False, gpu_node, subset_pools, gpu_pool,
-                  order, worth, False, sub_out)
+                  node_pool, pool_gpn, pool_nodes, no, gpu_node, subset_pools, gpu_pool,
+                  order, worth, no, sub_out)
     for x in range(cols.shape[0]):
         out[:, cols[x]] = sub_out[:, x]
