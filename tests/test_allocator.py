@@ -344,7 +344,8 @@ def test_a_plan_that_runs_everything_at_once_is_returned_without_search():
 
 
 
-def test_the_search_value_after_each_move_is_its_plans():
+@pytest.mark.parametrize("max_removed", [0, 2])
+def test_the_search_value_after_each_move_is_its_plans(max_removed):
     # A move re-serves the elastic demand only over the steps it changed; a
     # job forced in frees its victims' whole runs, and a value that missed
     # those steps would judge the next moves on a plan it does not hold (it
@@ -366,9 +367,43 @@ def test_the_search_value_after_each_move_is_its_plans():
         if abs(whole.value() - sched.value()) > 1e-9 * abs(whole.value()):
             stale.append(it)
 
-    assert improve(sched, 120, seed=1, progress=fresh, chunk=1).iterations == 120
+    assert improve(sched, 120, seed=1, progress=fresh, chunk=1,
+                   max_removed=max_removed).iterations == 120
     assert stale == []
     assert check(s, sched.owner()).ok
+
+
+def test_a_ruin_takes_out_the_jobs_that_start_first():
+    # online.search_max_removed: a window holding more starts than the cap
+    # gives up those that start last (ties: the higher index).
+    from gpualloc.policies.allocator.search import first_to_start
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        start = rng.integers(0, 12, size=40)
+        jobs = np.sort(rng.choice(40, size=int(rng.integers(1, 40)), replace=False))
+        m = int(rng.integers(1, len(jobs) + 1))
+        ranked = sorted(jobs.tolist(), key=lambda j: (start[j], j))
+        assert first_to_start(jobs, start, m).tolist() == sorted(ranked[:m])
+
+
+def test_the_ruin_cap_changes_the_walk_only_where_it_binds():
+    from gpualloc.core import priority_order
+    from gpualloc.core.schedule import Schedule
+    from gpualloc.policies.allocator.search import improve
+    import gpualloc as ga
+
+    s = ga.generate("batch_flood", seed=0)
+    plans = {}
+    for cap in (0, 2, 10_000):
+        sched = Schedule(s, discount=0.05)
+        sched.insert_all([j for j in priority_order(s) if s.jobs[j].rigid])
+        sched.fill_elastic()
+        improve(sched, 200, seed=3, max_removed=cap)
+        plans[cap] = sched.owner()
+        assert check(s, plans[cap]).ok
+    assert torch.equal(plans[0], plans[10_000])  # a cap no window reaches
+    assert not torch.equal(plans[0], plans[2])
 
 
 

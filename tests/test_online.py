@@ -327,6 +327,7 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
         seen.append((c.solver.rounding, c.solver.local_search_iters,
                      c.solver.local_search_anneal_iters, c.solver.iterations))
         assert c.solver.local_search_max_waiting == 5  # online.search_max_waiting
+        assert c.solver.local_search_max_removed == 3  # online.search_max_removed
         plan = allocator(view, c.solver, device, rivals=rivals())
         # (An ideal replan, returned at once, walks neither.)
         assert ("anneal" in plan.info) == (c.solver.local_search_anneal_iters > 0
@@ -341,7 +342,7 @@ def test_each_replan_gets_the_online_search_settings(moves, full_every, relax_ev
                   "gpus": 2, "duration": 3} for i in range(4)]})
     c = cfg("last_day", 2, search_moves=30, anneal_moves=moves, arrival_search_moves=20,
             full_every=full_every, relax_every=relax_every, relax_iterations=3,
-            search_max_waiting=5)
+            search_max_waiting=5, search_max_removed=3)
     c.solver = SolverConfig(iterations=5, local_search_iters=1000, local_search_anneal_iters=7,
                             progress=False)
     plan = online(s, spy, c)

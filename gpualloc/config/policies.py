@@ -104,6 +104,10 @@ class SolverConfig:
     """Jobs no plan has placed yet that a search move tries to insert again,
     at most (a random sample beyond that): most of a move's time where many
     wait and fit nowhere under the guard."""
+    local_search_max_removed: Optional[int] = None
+    """Jobs a ruin move takes out, at most: where more start inside its
+    window, the ones that start first (the window ends sooner). null: no cap
+    (offline; online sets online.search_max_removed)."""
     time_limit_s: Optional[float] = None
     """Opt-in wall-clock cap in seconds for the allocator's local search (null:
     none, the default). The search's budget is work: local_search_iters
@@ -179,6 +183,7 @@ class SolverConfig:
         r.number("deep_search_moves_per_job", "[0, inf)", integer=True)
         r.number("local_search_accept_worse", "[0, 1)")
         r.number("local_search_max_waiting", "[0, inf)", integer=True)
+        r.number("local_search_max_removed", "[1, inf)", integer=True, null=True)
         r.number("discount", "[0, 1)")
         r.number("time_limit_s", "(0, inf]", null=True)
         r.pair("ruin_window", "[1, inf)", integer=True)

@@ -132,6 +132,9 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         cfg.solver.iterations = min(cfg.solver.iterations, o.relax_iterations)
         cfg.solver.local_search_max_waiting = min(cfg.solver.local_search_max_waiting,
                                                   o.search_max_waiting)
+        if o.search_max_removed is not None:
+            cfg.solver.local_search_max_removed = min(
+                cfg.solver.local_search_max_removed or o.search_max_removed, o.search_max_removed)
         cfg.solver.local_search_anneal_iters = o.anneal_moves
         cfg.solver.local_search_patience = min(cfg.solver.local_search_patience,
                                                max(1, o.search_moves // 5))

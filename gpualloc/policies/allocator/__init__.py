@@ -197,6 +197,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         limit = getattr(cfg, "time_limit_s", None)
         search = dict(window=tuple(cfg.ruin_window), demand_aware=cfg.demand_aware, guide=guide,
                       patience=patience, max_waiting=cfg.local_search_max_waiting,
+                      max_removed=cfg.local_search_max_removed or 0,
                       progress=None if bar.disable else tick)
         start = sched.snapshot() if anneal_iters else None
         climb = improve(sched, moves, cfg.seed, time_limit_s=limit, **search)

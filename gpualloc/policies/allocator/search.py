@@ -35,6 +35,7 @@ class SearchStats:
 
 def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int] = (4, 48),
             noise: float = 1.5, demand_aware: bool = True, max_waiting: int = 24,
+            max_removed: int = 0,
             guide: tuple[list[float], list[int]] | None = None, patience: int = 0,
             time_limit_s: float | None = None, accept_worse: float = 0.0,
             progress=None, chunk: int | None = None) -> SearchStats:
@@ -47,6 +48,8 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
       least, removing the jobs in its way. With a `guide` from the relaxation
       (per job: the share of it the relaxation ran, its relaxed start), jobs
       it ran are picked more often, half the time at their relaxed start.
+    With `max_removed` > 0, a ruin takes out at most that many jobs, those
+    that start first in its window.
     Then every removed and waiting job goes back, earliest fit, in priority
     order perturbed by noise. A move that lowers the objective is undone,
     unless `accept_worse` > 0: then a move may lower it by up to that share of
@@ -97,7 +100,7 @@ def improve(sched: Schedule, iterations: int, seed: int, window: tuple[int, int]
               sched.cum_weight, sched.step_weight, sched.discounted, sched._order,
               sched._order_arrival, sched._compat, sched.demand, lay.pool_ok, lay.node_first,
               lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes, sched.classes,
-              window[0], window[1], noise, max_waiting, patience, accept_worse)
+              window[0], window[1], noise, max_waiting, max_removed, patience, accept_worse)
         if progress is not None:
             progress(int(ints[1]) - before, float(floats[0]))
     if ints[8]:
@@ -200,6 +203,14 @@ def _clear_costs(busy, fixed, start, end, blocks, k):
 
 
 @njit(cache=True)
+def first_to_start(jobs, start, m):
+    """The m of `jobs` (ascending) that start first (ties: the lower index),
+    ascending: what a ruin takes out when its window holds more."""
+    earliest = np.argsort(start[jobs], kind="mergesort")[:m]
+    return np.sort(jobs[earliest])
+
+
+@njit(cache=True)
 def _walk(rng, stop, iterations, ints, floats, used_clock,
           busy, owner, run, start, first, busy_gpus, slack, elastic_value, elastic_used,
           s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
@@ -209,7 +220,7 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
           class_blocks, block_pool, gpu_pool, gpu_node, n_nodes, worth, cum_weight,
           step_weight, discounted, order, order_arrival, compat, demand, pool_ok, node_first,
           node_end, node_pool, pool_gpn, pool_nodes, classes, window_lo, window_hi, noise,
-          max_waiting, patience, accept_worse):
+          max_waiting, max_removed, patience, accept_worse):
     """Moves of `improve` until ints[0] reaches `stop` (or patience ends the
     walk), on the Schedule's arrays; the state carried between calls lives
     in ints, floats, rng and the kept arrays (improve's names)."""
@@ -279,6 +290,9 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                     ruin[x] = True
                 inside &= ruin[gpu_node[np.maximum(first, 0)]]
             removed = np.flatnonzero(inside)
+            if 0 < max_removed < removed.shape[0]:
+                removed = first_to_start(removed, start, max_removed)
+                window_end = start[removed].max() + 1  # the window ends sooner
             lo, hi = take_out(removed, lo, hi, busy, busy_gpus, owner, run, start, first,
                               slack, subset_pools, gpus, gpu_pool, duration)
         # Waiting now: those before the move but the one forced in, and the
