@@ -174,8 +174,8 @@ def served_counts(free, need, gpus, pool_ok, node_first, node_end, node_pool, po
     `free` (C, G) is left as it was): where the plain fill in the order of
     service serves every replica wanted, no packing serves more, and the
     counts are the demand whichever serve_columns keeps (every worth > 0),
-    so only the other columns are packed again (the local search serves
-    mostly such columns, a third of the work)."""
+    so only the other columns are packed again (most of the steps a local
+    search serves are whole)."""
     C, G = free.shape
     E = gpus.shape[0]
     plain_free = free.copy()
@@ -186,13 +186,12 @@ def served_counts(free, need, gpus, pool_ok, node_first, node_end, node_pool, po
          pool_gpn, pool_nodes, no, out, gpu_node, np.zeros(C, dtype=np.int64))
     if subset_pools.shape[0] <= 1 or E == 0:
         return
-    positive = True
-    for i in range(E):
-        positive = positive and worth[i] > 0
     short = np.zeros(C, dtype=np.bool_)
+    if (worth <= 0).any():  # a whole fill is then not the only best one
+        short[:] = True
     for c in range(C):
         for i in range(E):
-            if out[i, c] != need[i, c] or not positive:
+            if out[i, c] != need[i, c]:
                 short[c] = True
                 break
     cols = np.flatnonzero(short)
