@@ -130,14 +130,18 @@ def still_wanted(s: Scenario, fixed: np.ndarray | None,
     target = s.demand.numpy() if target is None else target
     if fixed is None:
         return target.astype(np.int64, copy=True)
+    # Most fixed cells are rigid work (online: the committed jobs): counted
+    # only where a job with something wanted holds one.
+    wanted = np.append(target.any(1), False)  # IDLE indexes the spare last entry
+    if not wanted[fixed].any():
+        return target.astype(np.int64, copy=True)
     return np.maximum(target - replicas_held(s, fixed), 0)
 
 
 def fixed_jobs(s: Scenario) -> np.ndarray:
     """(J,) bool: jobs holding cells in `s.fixed` (decided before planning:
     a rigid one has started and is not planned again)."""
-    out = np.zeros(s.J, dtype=np.bool_)
+    out = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE marks the spare last entry
     if s.fixed is not None:
-        held = s.fixed.cpu().numpy()
-        out[np.unique(held[held >= 0])] = True
-    return out
+        out[s.fixed.cpu().numpy()] = True
+    return out[:-1]

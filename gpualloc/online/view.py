@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import torch
 
 from gpualloc.config import OnlineConfig
-from gpualloc.online.observe import Observation, expected_arrivals, forecast, visible
+from gpualloc.online.observe import (Observation, copy_job, expected_arrivals, forecast,
+                                     visible)
 from gpualloc.plan import IDLE
 from gpualloc.scenario import Job, Scenario
 
@@ -36,29 +37,32 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     tau = obs.tau
     T = horizon - tau
     jobs, index, fixed_cells = [], [], []
+    # The services' rows: the demand observed at tau, then the forecast.
+    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1)  # (E, T)
+    services = []  # view job of each row
     e = 0
     for j, k in zip(obs.jobs, obs.known):
         if k.demand is not None:
-            demand = [k.demand[tau]] + future[e].tolist()
+            services.append(len(jobs))
+            jobs.append(copy_job(k, arrival=0, demand=rows[e].tolist()))
             e += 1
-            jobs.append(_copy(k, arrival=0, demand=demand))
         elif j in committed.start and k.preemptible:
             s0, g0 = committed.start[j]
             end, made = committed.end[j], committed.progress[j]
             if made >= k.duration:
                 continue  # done
             if end > tau:  # running: the rest of its segment, which a plan may cut
-                jobs.append(_copy(k, arrival=0, duration=min(end, horizon) - tau))
+                jobs.append(copy_job(k, arrival=0, duration=min(end, horizon) - tau))
                 fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
             else:  # stopped: it restores, then makes the rest of its progress
-                jobs.append(_copy(k, arrival=0,
+                jobs.append(copy_job(k, arrival=0,
                                   duration=min(k.restart_cost + k.duration - made, T)))
         elif j in committed.start:
             s0, g0 = committed.start[j]
             end = s0 + k.duration
             if end <= tau:
                 continue  # finished
-            jobs.append(_copy(k, arrival=0, duration=min(end, horizon) - tau))
+            jobs.append(copy_job(k, arrival=0, duration=min(end, horizon) - tau))
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
         else:
             # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
@@ -67,7 +71,7 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             duration = min(k.duration, T)
             copy = copies.get(j) if copies is not None else None
             if copy is None or copy.duration != duration:
-                copy = _copy(k, arrival=0, duration=duration)
+                copy = copy_job(k, arrival=0, duration=duration)
                 if copies is not None:
                     copies[j] = copy
             jobs.append(copy)
@@ -80,17 +84,11 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
         index.append(IDLE)  # a placeholder: no scenario job behind it
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
                  jobs=jobs, fixed=fixed)
+    # Scenario.demand from the rows at once, not job by job (every arrival is 0).
+    demand = torch.zeros(len(jobs), T, dtype=torch.long)
+    demand[services] = rows
+    v.__dict__["demand"] = demand
     return v, index
-
-
-def _copy(k: Job, **changes) -> Job:
-    """dataclasses.replace(k, **changes) without its call of __init__ (a
-    third of the time): a view copies every known job at every replan, and
-    with thousands waiting that was a tenth of an online run (issue 28)."""
-    out = object.__new__(Job)
-    out.__dict__.update(k.__dict__)
-    out.__dict__.update(changes)
-    return out
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,

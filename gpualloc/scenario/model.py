@@ -20,6 +20,7 @@ from gpualloc.lazy import LazyModule
 
 # The derived arrays are tensors; reading, checking and writing a scenario file is not.
 torch = LazyModule("torch")
+np = LazyModule("numpy")
 
 RIGID_KINDS = ("training", "batch_inference", "quantization")
 ELASTIC_KINDS = ("realtime_inference",)
@@ -191,14 +192,13 @@ class Scenario:
                      "pool_compat", "unplaceable"):
             self.__dict__[name] = getattr(other, name)[at]
         # Other's classes, renumbered in order of first appearance as _classes numbers them.
-        kept, inverse = torch.unique(other.job_class[at], return_inverse=True)
-        first = torch.full((len(kept),), len(rows), dtype=torch.long).scatter_reduce_(
-            0, inverse, torch.arange(len(rows)), "amin")
-        order = torch.argsort(first)
-        renumber = torch.empty_like(order)
-        renumber[order] = torch.arange(len(order))
+        kept, first, inverse = np.unique(other.job_class.numpy()[rows], return_index=True,
+                                         return_inverse=True)
+        order = np.argsort(first)
+        renumber = np.empty_like(order)
+        renumber[order] = np.arange(len(order))
         classes = kept[order].tolist()
-        self.__dict__["_classes"] = (renumber[inverse],
+        self.__dict__["_classes"] = (torch.from_numpy(renumber[inverse].astype(np.int64)),
                                      [other.class_size[c] for c in classes],
                                      [other.class_blocks[c] for c in classes])
         return self
