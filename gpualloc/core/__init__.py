@@ -51,15 +51,14 @@ def service_order(s: Scenario, jobs=None, narrow_first: bool = False) -> list[in
     hold, in the order elastic demand is served: priority, highest first
     (ties: arrival, then scenario order); `narrow_first`: among equal
     priorities, the services fewer GPUs can hold first (the Schedule's)."""
-    jobs = range(s.J) if jobs is None else jobs
-    unplaceable = s.unplaceable
-    elastic = [j for j in jobs if not s.jobs[j].rigid and not bool(unplaceable[j])]
+    jobs = np.arange(s.J) if jobs is None else np.asarray(jobs, dtype=np.int64)
+    elastic = jobs[~s.rigid.numpy()[jobs] & ~s.unplaceable.numpy()[jobs]]
     if not narrow_first:
-        return priority_order(s, elastic)
-    compat_gpus = (s.pool_compat.long() @ torch.bincount(s.gpu_pool, minlength=len(s.pools))
-                   ).tolist()  # (J,) GPUs of the pools each job can use
-    return sorted(elastic, key=lambda j: (-s.jobs[j].priority, compat_gpus[j],
-                                          s.jobs[j].arrival, j))
+        return priority_order(s, elastic.tolist())
+    pool_gpus = np.bincount(s.gpu_pool.numpy(), minlength=len(s.pools))
+    compat_gpus = s.pool_compat.numpy()[elastic].astype(np.int64) @ pool_gpus  # GPUs each can use
+    return elastic[np.lexsort((elastic, s.arrival.numpy()[elastic], compat_gpus,
+                               -s.priority.numpy()[elastic]))].tolist()
 
 
 class PoolDemand:

@@ -141,16 +141,18 @@ class DemandGuard:
         self.subset_pools = subsets  # (U, P)
         self.subset_priority = np.zeros(U, dtype=np.float64)
         self.subset_replica = np.ones(U, dtype=np.int64)
-        need = np.zeros((U, T), dtype=np.int64)
-        for j in elastic:
-            inside = (~lay.pool_ok[j][None, :] | self.subset_pools).all(1)  # (U,)
-            need[inside] += demand[j] * lay.gpus[j]
-            # The union's replica size: its top-priority job's, whose priority
-            # prices the displaced service.
-            top = inside & (self.subset_priority < lay.priority[j])
-            self.subset_replica[top] = lay.gpus[j]
-            self.subset_priority[inside] = np.maximum(self.subset_priority[inside],
-                                                      lay.priority[j])
+        el = np.asarray(elastic, dtype=np.int64)
+        # inside[e, u]: union u holds every pool of service el[e].
+        inside = (~lay.pool_ok[el][:, None, :] | self.subset_pools[None, :, :]).all(2)  # (E, U)
+        need = inside.T.astype(np.int64) @ (demand[el] * lay.gpus[el][:, None])  # (U, T)
+        # The union's replica size: its top-priority service's (the first of
+        # the highest priority), whose priority prices the displaced service.
+        priority = np.where(inside, lay.priority[el][:, None], 0.0)  # (E, U)
+        if len(el):
+            self.subset_priority = np.maximum(priority.max(0), 0.0)
+            top = (priority == self.subset_priority) & (priority > 0)  # (E, U)
+            has = top.any(0)
+            self.subset_replica[has] = lay.gpus[el][top.argmax(0)[has]]
         gpu_in = self.subset_pools[:, lay.gpu_pool]  # (U, G)
         self.slack = gpu_in.astype(np.int64) @ free.T.astype(np.int64) - need  # (U, T)
 

@@ -94,33 +94,39 @@ def layout(s: Scenario) -> Layout:
     cached = s.__dict__.get("_layout")
     if cached is not None:
         return cached
-    blocks = [b.numpy().astype(np.int64) for b in s.class_blocks]
+    blocks = [_np(b, np.int64) for b in s.class_blocks]
     sizes = np.array([len(b) for b in blocks], dtype=np.int64)
     ptr = np.zeros(len(blocks) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum(sizes)
     flat = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-    gpu_pool = s.gpu_pool.numpy().astype(np.int64)
+    gpu_pool = _np(s.gpu_pool, np.int64)
     counts = np.array([p.count for p in s.pools], dtype=np.int64)
     pool_nodes = np.zeros(len(s.pools) + 1, dtype=np.int64)
     pool_nodes[1:] = np.cumsum(counts)
-    node_first = s.node_first_gpu.numpy().astype(np.int64)
+    node_first = _np(s.node_first_gpu, np.int64)
     out = Layout(
         G=s.G, T=s.T,
-        gpu_node=s.gpu_node.numpy().astype(np.int64), gpu_pool=gpu_pool,
+        gpu_node=_np(s.gpu_node, np.int64), gpu_pool=gpu_pool,
         node_first=node_first,
         node_end=np.append(node_first[1:], s.G).astype(np.int64),
-        node_pool=s.node_pool.numpy().astype(np.int64),
+        node_pool=_np(s.node_pool, np.int64),
         pool_gpn=np.array([p.gpus_per_node for p in s.pools], dtype=np.int64),
         pool_nodes=pool_nodes,
-        gpus=s.gpus.numpy().astype(np.int64), duration=s.duration.numpy().astype(np.int64),
-        arrival=s.arrival.numpy().astype(np.int64),
-        priority=s.priority.numpy().astype(np.float64),
-        rigid=s.rigid.numpy().astype(np.bool_),
-        preemptible=s.preemptible.numpy().astype(np.bool_),
-        restart_cost=s.restart_cost.numpy().astype(np.int64), demand=s.demand.numpy().astype(np.int64),
-        pool_ok=s.pool_compat.numpy().astype(np.bool_),
-        job_class=s.job_class.numpy().astype(np.int64), class_ptr=ptr, class_blocks=flat,
+        gpus=_np(s.gpus, np.int64), duration=_np(s.duration, np.int64),
+        arrival=_np(s.arrival, np.int64),
+        priority=_np(s.priority, np.float64),
+        rigid=_np(s.rigid, np.bool_),
+        preemptible=_np(s.preemptible, np.bool_),
+        restart_cost=_np(s.restart_cost, np.int64), demand=_np(s.demand, np.int64),
+        pool_ok=_np(s.pool_compat, np.bool_),
+        job_class=_np(s.job_class, np.int64), class_ptr=ptr, class_blocks=flat,
         block_pool=gpu_pool[flat] if len(flat) else np.zeros(0, dtype=np.int64),
-        unplaceable=s.unplaceable.numpy().astype(np.bool_))
+        unplaceable=_np(s.unplaceable, np.bool_))
     s.__dict__["_layout"] = out
     return out
+
+
+def _np(x, dtype) -> np.ndarray:
+    """A tensor's array in `dtype`, without a copy where it already is one:
+    online, every replan lays out a view."""
+    return np.asarray(x.numpy(), dtype=dtype)

@@ -22,7 +22,7 @@ from gpualloc.core.insert import insert_serial
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.classes import (_NO_OWNER, _NO_SUBSETS, compatible_gpus, serve_columns,
-                                   served_counts, unions)
+                                   served_counts)
 from gpualloc.scenario import Scenario
 
 
@@ -111,7 +111,7 @@ class Schedule:
         demand = self.demand = still_wanted(s, fixed)  # (J, T) replicas still to serve
         self.guard = DemandGuard(lay, demand, ~self.occ.busy, self.elastic, max_subsets)
         self.elastic_order = service_order(s, self.elastic, narrow_first=True)
-        self.classes = (unions(lay, self.elastic, max_subsets) if self.elastic
+        self.classes = (self.guard.subset_pools if self.elastic  # unions(lay, elastic)
                         else _NO_SUBSETS)  # (U, P)
         order = self._order = np.asarray(self.elastic_order, dtype=np.int64)
         self._order_arrival = lay.arrival[order]

@@ -56,7 +56,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
-    replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = 0
+    replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = skipped = 0
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
@@ -67,9 +67,31 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         stop = min(tau - tau % o.replan_every + o.replan_every, s.T)
         if o.replan_on_arrival != "none":
             stop = next((t for t in range(tau + 1, stop) if t in arrives), stop)
+        made_by_tau = None  # (J,) preemptible jobs' progress before tau
         if progress is not None:  # from the last trim: serving moves no rigid cell
-            made = progress[:, :tau].sum(1)
-            committed.progress = {j: int(made[j]) for j in committed.start}
+            made_by_tau = progress[:, :tau].sum(1)
+            committed.progress = {j: int(made_by_tau[j]) for j in committed.start}
+        full = (periodic and (last_full is None or o.full_every is None
+                              or tau - last_full >= o.full_every)
+                or not periodic and o.replan_on_arrival == "full")
+        relaxed = full and (last_relaxed is None or o.relax_every is None
+                            or tau - last_relaxed >= o.relax_every)
+        if _decides_nothing(s, tau, committed, made_by_tau):
+            # Every rigid job known has started (and, preemptible, finished): a
+            # replan would place nothing, and real-time service follows the
+            # actual demand (serve). Most steps of a lightly loaded cluster.
+            # The full replans keep their cadence.
+            skipped += 1
+            last_full = tau if full else last_full
+            last_relaxed = tau if relaxed else last_relaxed
+            if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
+                filled += _between_replans(s, o, oracle, tau, stop, previous, committed, owner,
+                                           {}, guarded, copies)[0]
+            if serve(s, None, tau, stop, owner, committed):
+                progress = _trim_done(s, owner)
+            bar.update(stop - tau)
+            tau = stop
+            continue
         v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
         v.hint = _hint(previous, index, tau, s.J)
         v.window = stop - tau
@@ -77,13 +99,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             on_view(tau, v, index)
         planned = empty_owner(v)
         if v.J:
-            full = (periodic and (last_full is None or o.full_every is None
-                                  or tau - last_full >= o.full_every)
-                    or not periodic and o.replan_on_arrival == "full")
             last_full = tau if full else last_full
             full_replans += full
-            relaxed = full and (last_relaxed is None or o.relax_every is None
-                                or tau - last_relaxed >= o.relax_every)
             last_relaxed = tau if relaxed else last_relaxed
             relaxed_replans += relaxed
             v.carry = None if full else carry
@@ -102,7 +119,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner)
-        if serve(s, v, index, planned, tau, stop, owner, committed):
+        if serve(s, _replicas(v, index, planned, stop - tau), tau, stop, owner, committed):
             progress = _trim_done(s, owner)  # preempted at a step of the window
         bar.update(stop - tau)
         bar.set_postfix(replans=replans + arrival_replans, refresh=False)
@@ -113,7 +130,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "arrival_replans": arrival_replans,
                                    "full_replans": full_replans,
                                    "relaxed_replans": relaxed_replans,
-                                   "filled": filled, "deferred": deferred})
+                                   "filled": filled, "deferred": deferred,
+                                   "skipped": skipped})
 
 
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
@@ -172,6 +190,30 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     out = np.full((s.G, s.T), IDLE, dtype=np.int64)
     out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
     return out
+
+
+def _decides_nothing(s: Scenario, tau: int, committed: Committed,
+                     made: torch.Tensor | None) -> bool:
+    """Whether a replan at tau has no rigid job to place or cut: every rigid
+    job arrived by tau (placeable) has started and, if preemptible, made all
+    its progress (`made`: (J,) steps made before tau)."""
+    lay = layout(s)
+    open_ = (lay.arrival <= tau) & lay.rigid & ~lay.unplaceable
+    started = np.zeros(s.J, dtype=np.bool_)
+    started[list(committed.start)] = True
+    done = started & ~lay.preemptible
+    if made is not None:
+        done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
+    return not (open_ & ~done).any()
+
+
+def _replicas(v: Scenario, index: list[int], planned: torch.Tensor, R: int) -> np.ndarray:
+    """(R, G) the services the plan `planned` (G, view T) serves on each cell
+    of its first R steps, by scenario index; IDLE elsewhere."""
+    to_scenario = np.array(index + [IDLE], dtype=np.int64)  # view job -> scenario job
+    elastic = np.append(~v.rigid.numpy(), False)
+    p = planned[:, :R].T.numpy()
+    return np.where(elastic[p], to_scenario[p], IDLE)
 
 
 def _hint(previous: np.ndarray | None, index: list[int], tau: int,

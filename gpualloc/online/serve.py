@@ -16,26 +16,25 @@ from gpualloc.plan import IDLE
 from gpualloc.scenario import Scenario
 
 
-def serve(s: Scenario, v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
-          stop: int, owner: torch.Tensor, committed: Committed) -> list[int]:
-    """Serve steps tau..stop-1 of `owner` (G, T), written in place: planned
-    replicas up to the actual demand, then free GPUs for what is unmet
-    (guaranteed replicas first); then, at each step (in time order) where a
-    guaranteed service is still short, `reclaim`. A preemptible job cut
-    there ends its segment at that step (its later cells freed, `committed`
-    updated; it requeues). Returns the jobs cut."""
+def serve(s: Scenario, replicas: np.ndarray | None, tau: int, stop: int, owner: torch.Tensor,
+          committed: Committed) -> list[int]:
+    """Serve steps tau..stop-1 of `owner` (G, T), written in place: the
+    planned replicas (`replicas`, (R, G): the service planned on each cell
+    of the window, by scenario index, else IDLE; None: none planned) up to
+    the actual demand, then free GPUs for what is unmet (guaranteed replicas
+    first); then, at each step (in time order) where a guaranteed service is
+    still short, `reclaim`. A preemptible job cut there ends its segment at
+    that step (its later cells freed, `committed` updated; it requeues).
+    Returns the jobs cut."""
     lay = layout(s)
     R = stop - tau
     window = np.ascontiguousarray(owner[:, tau:stop].T.numpy())  # (R, G) a copy, written back below
     actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
-    plan = np.ascontiguousarray(planned[:, :R].T.numpy())  # (R, G)
-    unmet = actual.copy()
-    for vj in np.flatnonzero(~v.rigid.numpy()).tolist():
-        j = index[vj]
-        mine = (plan == vj) & (window == IDLE)  # (R, G)
+    # Each service's planned cells are its own: the order of services changes nothing.
+    for j in ([] if replicas is None else np.unique(replicas[replicas >= 0]).tolist()):
+        mine = (replicas == j) & (window == IDLE)  # (R, G)
         # The lowest planned blocks, up to demand.
-        kept = fill_elastic(lay, mine, window, [j], actual[j][None, :])
-        unmet[j] -= kept[0]
+        fill_elastic(lay, mine, window, [j], actual[j][None, :])
     order = service_order(s, np.nonzero((lay.arrival < stop)
                                         & (actual > 0).any(1))[0].tolist())
     guaranteed = s.guaranteed.numpy()[:, tau:stop]  # (J, R)

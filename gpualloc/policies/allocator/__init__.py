@@ -186,9 +186,9 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         clock = time.perf_counter()
         budget = info["search_budget"] = walk_budget(s, cfg)
         patience, anneal_iters, moves = budget["patience"], budget["anneal_iters"], budget["moves"]
-        bar = progress.bar(total=moves + anneal_iters,
-                           desc=f"search {s.name}", unit="move", leave=False,
-                           disable=not cfg.progress)
+        # No bar at all where none shows: online, hundreds of replans a run.
+        bar = progress.bar(total=moves + anneal_iters, desc=f"search {s.name}", unit="move",
+                           leave=False) if cfg.progress else None
 
         def tick(moves, value):
             bar.set_postfix(objective=f"{value:.0f}", refresh=False)
@@ -198,7 +198,7 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
         search = dict(window=tuple(cfg.ruin_window), demand_aware=cfg.demand_aware, guide=guide,
                       patience=patience, max_waiting=cfg.local_search_max_waiting,
                       max_removed=cfg.local_search_max_removed or 0,
-                      progress=None if bar.disable else tick)
+                      progress=None if bar is None or bar.disable else tick)
         start = sched.snapshot() if anneal_iters else None
         climb = improve(sched, moves, cfg.seed, time_limit_s=limit, **search)
         info["local_search"] = vars(climb)
@@ -216,7 +216,8 @@ def allocator(s: Scenario, cfg: SolverConfig | None = None,
             if anneal.end_value <= climb.end_value + 1e-9:
                 sched.restore(climbed)
             info["anneal"] = dict(vars(anneal), kept=anneal.end_value > climb.end_value + 1e-9)
-        bar.close()
+        if bar is not None:
+            bar.close()
         owner = sched.owner()
         if reference is not None and not cfg.discount and (
                 weighted_throughput(s, reference) > weighted_throughput(s, owner)):
