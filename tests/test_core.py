@@ -518,3 +518,33 @@ def test_each_compiled_loop_compiles_once_per_array_type():
                                                     and a.layout != "C"):
                     loose.append(f"{fn.py_func.__qualname__}: {a}")
     assert not loose, loose
+
+
+@given(scenarios(), st.data())
+@settings(max_examples=40)
+def test_a_steps_service_is_the_best_of_the_ways_it_packs(s, data):
+    # serve_step writes replicas only on free GPUs each service may use, in
+    # whole blocks, no more than the demand; with by_class its value is at
+    # least the plain packings' (it adds a way, keeps the best).
+    from gpualloc.core import service_order
+    from gpualloc.core.classes import serve_step
+
+    lay = layout(s)
+    jobs = service_order(s)
+    if not jobs:
+        return
+    t = data.draw(st.integers(0, s.T - 1))
+    free = np.array(data.draw(st.lists(st.booleans(), min_size=s.G, max_size=s.G)))
+    need = lay.demand[jobs, t]
+    values = []
+    for by_class in (False, True):
+        row = np.where(free, -1, s.J)  # busy GPUs hold a label no service has
+        serve_step(lay, row, free, jobs, need, by_class=by_class)
+        assert (row[~free] == s.J).all()
+        got = row[(row >= 0) & (row < s.J)]
+        for j in jobs:
+            gpus = np.flatnonzero(row == j)
+            assert lay.pool_ok[j][lay.gpu_pool[gpus]].all()
+            assert len(gpus) % lay.gpus[j] == 0 and len(gpus) // lay.gpus[j] <= need[jobs.index(j)]
+        values.append(float((lay.priority[got]).sum()))
+    assert values[1] >= values[0] - 1e-9

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from gpualloc.core.pack import fill
+from gpualloc.core.pack import fill, fill_elastic, serve_best_fit
 
 
 def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
@@ -120,6 +120,48 @@ def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need
                   _NO_ORDER if order is None else order,
                   (lay.priority[jobs] * lay.gpus[jobs]).astype(np.float64), owner is not None, out)
     return out
+
+
+def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
+               by_class: bool = False) -> None:
+    """One step's real-time service, written into `row` (G,) (an owner row,
+    replicas on its `free` (G,) GPUs): `need` (E,) replicas of `jobs` (in
+    order of service), packed the best of these ways (priority x GPUs
+    served; the first on ties): best fit replica by replica
+    (pack.serve_best_fit), the highest free blocks first (fill_elastic),
+    and, with `by_class`, `serve` by compatibility class. Greedy's service,
+    and the online loop's at a step no replan planned."""
+    jobs = np.asarray(jobs, dtype=np.int64)
+    need = np.asarray(need, dtype=np.int64)
+    if not len(jobs):
+        return
+    weight = lay.priority[jobs] * lay.gpus[jobs]  # a replica-step's value
+    picks = np.zeros((len(jobs), max(int(need.max()), 1)), dtype=np.int64)
+    n_picks = np.zeros(len(jobs), dtype=np.int64)
+    serve_best_fit(~free, jobs, need, lay.gpus[jobs], lay.pool_ok[jobs], lay.gpu_pool,
+                   lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node, lay.node_first,
+                   lay.node_end, picks, n_picks)
+    # Summed in order (cumsum is sequential): the plain loop's floats.
+    best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
+    tries = [lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None],
+                                      high=True)]
+    if by_class:
+        tries.append(lambda out: serve(lay, free[None, :].copy(), out, jobs, need[:, None],
+                                       False, unions(lay, jobs), restricted_first(lay, jobs)))
+    for pack in tries:
+        out = row[None, :].copy()
+        value = float(np.cumsum(weight * pack(out)[:, 0])[-1])
+        if value > best_value:
+            best, best_value = out[0], value
+    if best is not None:
+        row[:] = best
+        return
+    # Every replica's block at once: first GPU + 0..k-1, owned by its service.
+    taken = np.arange(picks.shape[1])[None, :] < n_picks[:, None]  # (E, R)
+    size = np.broadcast_to(lay.gpus[jobs][:, None], taken.shape)[taken]  # (n,) per replica
+    offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    row[np.repeat(picks[taken], size) + offset] = np.repeat(
+        np.broadcast_to(jobs[:, None], taken.shape)[taken], size)
 
 
 _NO_OWNER = np.zeros((1, 1), dtype=np.int64)

@@ -11,6 +11,7 @@ import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
+from gpualloc.core.classes import serve_step
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -76,18 +77,17 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                 or not periodic and o.replan_on_arrival == "full")
         relaxed = full and (last_relaxed is None or o.relax_every is None
                             or tau - last_relaxed >= o.relax_every)
-        if _decides_nothing(s, tau, committed, made_by_tau):
+        if not full and _decides_nothing(s, tau, committed, made_by_tau):
             # Every rigid job known has started (and, preemptible, finished): a
-            # replan would place nothing, and real-time service follows the
-            # actual demand (serve). Most steps of a lightly loaded cluster.
-            # The full replans keep their cadence.
+            # light replan would place nothing, and real-time service follows
+            # the actual demand (serve): most steps of a lightly loaded
+            # cluster. A full one still runs: what it weighs is carried to the
+            # light replans after it (greedy's variant).
             skipped += 1
-            last_full = tau if full else last_full
-            last_relaxed = tau if relaxed else last_relaxed
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
                 filled += _between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                            {}, guarded, copies)[0]
-            if serve(s, None, tau, stop, owner, committed):
+            if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
                 progress = _trim_done(s, owner)
             bar.update(stop - tau)
             tau = stop
@@ -205,6 +205,22 @@ def _decides_nothing(s: Scenario, tau: int, committed: Committed,
     if made is not None:
         done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
     return not (open_ & ~done).any()
+
+
+def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:
+    """(R, G) the window's actual demand served, step by step, on the GPUs
+    rigid work leaves free, the best way the core packs a step
+    (gpualloc.core.classes.serve_step: as greedy's plan would, or the
+    allocator's), by scenario index; IDLE elsewhere: where a skipped replan's
+    plan would have put it."""
+    lay = layout(s)
+    window = owner[:, tau:stop].T.numpy()  # (R, G)
+    out = np.full(window.shape, IDLE, dtype=np.int64)
+    demand = lay.demand[:, tau:stop]
+    jobs = service_order(s, np.flatnonzero(demand.any(1)).tolist())
+    for c in range(len(window)) if jobs else ():
+        serve_step(lay, out[c], window[c] == IDLE, jobs, demand[jobs, c], by_class=True)
+    return out
 
 
 def _replicas(v: Scenario, index: list[int], planned: torch.Tensor, R: int) -> np.ndarray:

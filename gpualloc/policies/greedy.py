@@ -55,12 +55,12 @@ from gpualloc.core import (PoolDemand, fixed_jobs, owner_of, priority_order, ser
                            still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
+from gpualloc.core.classes import serve_step
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.easy import easy_pass
 from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic, serve_best_fit
 from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
@@ -170,8 +170,6 @@ class _Greedy:
         self.elastic = [j for j in service_order(s) if need[j].any()]
         self.queue = [j for j in order if lay.rigid[j] and ok[j] and not in_fixed[j]]
         self.el = np.array(self.elastic, dtype=np.int64)
-        self.el_gpus = lay.gpus[self.el]
-        self.el_weight = lay.priority[self.el] * self.el_gpus  # value of one replica-step
         self.weight = lay.priority * lay.gpus
         self.weight_of = self.weight.tolist()  # a list: read per waiting job per step
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
@@ -580,33 +578,9 @@ class _Greedy:
 
     # ---- elastic service at t -----------------------------------------------------------------
     def serve_elastic(self, t: int) -> None:
-        if not self.elastic:
-            return
-        lay = self.lay
-        need = self.need[self.el, t]  # (E,)
-        busy_t = self.hard.busy_unheld(t)  # (G,)
-        # Best fit, replica by replica.
-        picks = np.zeros((len(self.el), max(int(need.max()), 1)), dtype=np.int64)
-        n_picks = np.zeros(len(self.el), dtype=np.int64)
-        serve_best_fit(busy_t.copy(), self.el, need, self.el_gpus, lay.pool_ok[self.el],
-                        lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class,
-                        lay.gpu_node, lay.node_first, lay.node_end, picks, n_picks)
-        # Summed in order (cumsum is sequential): the plain loop's floats.
-        fit_value = float(np.cumsum(self.el_weight * n_picks)[-1])
-        # The footprint's highest-first packing at t, if it serves more.
-        free = ~busy_t[None, :]  # (1, G)
-        packed = self.owner[t:t + 1].copy()
-        served = fill_elastic(lay, free, packed, self.elastic, need[:, None], high=True)
-        pack_value = float(np.cumsum(self.el_weight * served[:, 0])[-1])
-        if pack_value > fit_value:
-            self.owner[t] = packed[0]
-            return
-        # Every replica's block at once: first GPU + 0..k-1, owned by its service.
-        taken = np.arange(picks.shape[1])[None, :] < n_picks[:, None]  # (E, R)
-        size = np.broadcast_to(self.el_gpus[:, None], taken.shape)[taken]  # (n,) per replica
-        offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-        self.owner[t, np.repeat(picks[taken], size) + offset] = np.repeat(
-            np.broadcast_to(self.el[:, None], taken.shape)[taken], size)
+        if self.elastic:
+            serve_step(self.lay, self.owner[t], ~self.hard.busy_unheld(t), self.el,
+                       self.need[self.el, t])
 
     # ---- main loop ----------------------------------------------------------------------------
     def run(self, window: int | None = None) -> Plan:
