@@ -42,8 +42,8 @@ whole view at full replans only, and the light ones keep that choice
 A light replan with nothing to decide is skipped: when every rigid job
 known at tau has started (and a preemptible one has made all its
 progress), no policy runs, and the window's actual real-time demand is
-packed as a plan packs it, then served (below): most steps of a lightly
-loaded cluster (`Plan.info`'s `skipped`). A full replan runs all the same:
+packed the best way the placement core packs a step, then served (below):
+most steps of a lightly loaded cluster (`Plan.info`'s `skipped`). A full replan runs all the same:
 what it weighs is carried to the light replans after it.
 
 From the policy's plan, the decisions of the window `[tau, next replan)`

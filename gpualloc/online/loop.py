@@ -208,11 +208,11 @@ def _decides_nothing(s: Scenario, tau: int, committed: Committed,
 
 
 def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:
-    """(R, G) the window's actual demand served, step by step, on the GPUs
-    rigid work leaves free, the best way the core packs a step
-    (gpualloc.core.classes.serve_step: as greedy's plan would, or the
-    allocator's), by scenario index; IDLE elsewhere: where a skipped replan's
-    plan would have put it."""
+    """(R, G) the window's actual demand, step by step, on the GPUs rigid
+    work leaves free, packed the best way the core packs a step
+    (gpualloc.core.classes.serve_step: greedy's ways and the allocator's,
+    by class), by scenario index; IDLE elsewhere. A skipped replan's
+    planned replicas."""
     lay = layout(s)
     window = owner[:, tau:stop].T.numpy()  # (R, G)
     out = np.full(window.shape, IDLE, dtype=np.int64)
