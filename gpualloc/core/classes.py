@@ -143,9 +143,10 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                    lay.node_end, picks, n_picks)
     # Summed in order (cumsum is sequential): the plain loop's floats.
     best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
-    tries = [lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None],
-                                      high=True)]
-    if by_class:
+    # Where best fit serves every replica wanted, no way serves more (a tie keeps it).
+    tries = [] if (n_picks >= need).all() else [
+        lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None], high=True)]
+    if by_class and tries:
         tries.append(lambda out: serve(lay, free[None, :].copy(), out, jobs, need[:, None],
                                        False, unions(lay, jobs), restricted_first(lay, jobs)))
     for pack in tries:
