@@ -523,9 +523,9 @@ def test_each_compiled_loop_compiles_once_per_array_type():
 @given(scenarios(), st.data())
 @settings(max_examples=40)
 def test_a_steps_service_is_the_best_of_the_ways_it_packs(s, data):
-    # serve_step writes replicas only on free GPUs each service may use, in
-    # whole blocks, no more than the demand; with by_class its value is at
-    # least the plain packings' (it adds a way, keeps the best).
+    # serve_step writes replicas only on free GPUs each service may use, a
+    # whole number of replicas, no more than the demand; with by_class its
+    # value is at least the plain packings' (it adds a way, keeps the best).
     from gpualloc.core import service_order
     from gpualloc.core.classes import serve_step
 
