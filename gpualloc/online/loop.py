@@ -274,23 +274,22 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     # instead, job -> (planned start, first GPU): decided at that step
     # (_between_replans).
     R = stop - tau
-    busy = planned >= 0
-    first = torch.full((v.J + 1,), v.T, dtype=torch.long)
-    first.scatter_reduce_(0, torch.where(busy, planned, v.J).flatten(),
-                          torch.where(busy, torch.arange(v.T).expand(v.G, v.T), v.T).flatten(),
-                          "amin")
+    plan, fixed = planned.numpy(), v.fixed.numpy()  # (G, T) each
+    # Jobs the plan runs inside the window (IDLE marks the spare last entry).
+    in_window = np.zeros(v.J + 1, dtype=np.bool_)
+    in_window[plan[:, :R]] = True
     # Only the jobs this window starts or may cut: thousands wait (issue 28).
     decided = fixed_jobs(v)
     placeholder = np.array(index, dtype=np.int64) == IDLE  # they hold capacity, never run
     acts = (v.rigid.numpy() & ~placeholder
-            & np.where(decided, v.preemptible.numpy(), first[:-1].numpy() < R))
+            & np.where(decided, v.preemptible.numpy(), in_window[:-1]))
     decided = decided.tolist()
     commits = []
     for vj in np.flatnonzero(acts).tolist():
         job, j = v.jobs[vj], index[vj]
-        runs = _runs(planned == vj)
+        runs = _runs(plan == vj)
         if decided[vj]:  # running: its fixed cells start at 0; a cut ends them
-            length = int((v.fixed == vj).any(0).sum())
+            length = int((fixed == vj).any(0).sum())
             g0, k = committed.start[j][1], job.gpus
             # Its fixed cells while the plan keeps them (a run from 0 on other
             # GPUs is a move: a cut, and a new segment).
@@ -317,13 +316,13 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     return due
 
 
-def _runs(cells: torch.Tensor) -> list[tuple[int, int, int]]:
+def _runs(cells: np.ndarray) -> list[tuple[int, int, int]]:
     """(G, T) bool cells of one job -> its runs on one set of GPUs, in time
     order: (first step, end step, first GPU)."""
-    steps = cells.any(0).nonzero().flatten().tolist()
+    steps = np.flatnonzero(cells.any(0))
+    firsts = cells[:, steps].argmax(0)  # each step's first GPU held
     out: list[tuple[int, int, int]] = []
-    for t in steps:
-        g = int(cells[:, t].nonzero()[0])
+    for t, g in zip(steps.tolist(), firsts.tolist()):
         if out and out[-1][1] == t and out[-1][2] == g:
             out[-1] = (out[-1][0], t + 1, g)
         else:
