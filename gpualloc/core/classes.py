@@ -13,6 +13,8 @@ elastic service (gpualloc.core.schedule) pack with `serve`.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numba import njit
 
@@ -23,8 +25,12 @@ def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
     """(U, P) bool: every union of the pool sets (compatibility classes) of
     the services `elastic`, sorted; beyond max_subsets, the single sets and
     their union."""
-    P = lay.P
-    masks = {tuple(lay.pool_ok[j].tolist()) for j in elastic}
+    masks = frozenset(tuple(row) for row in lay.pool_ok[list(elastic)].tolist())
+    return _unions(masks, lay.P, max_subsets)
+
+
+@lru_cache(maxsize=256)  # a replan builds them again for the same few classes (issue 28)
+def _unions(masks: frozenset, P: int, max_subsets: int) -> np.ndarray:
     subsets = set(masks)
     grown = True
     while grown and len(subsets) <= max_subsets:
@@ -37,7 +43,9 @@ def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
                     grown = True
     if len(subsets) > max_subsets:  # too many pools: the single masks and their union
         subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
-    return np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
+    out = np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
+    out.flags.writeable = False  # shared by every caller
+    return out
 
 
 def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.ndarray
