@@ -43,9 +43,9 @@ A replan with nothing to decide is skipped: when every rigid job known at
 tau has started (and a preemptible one has made all its progress), no
 policy runs, and the window's actual real-time demand is packed the best
 way the placement core packs a step, then served (below): most steps of a
-lightly loaded cluster (`Plan.info`'s `skipped`). That holds for full
-replans too: greedy's variant, which one would weigh over work it would not
-place, stays as last chosen. Skipped or not, the cadence of full and
+lightly loaded cluster (`Plan.info`'s `skipped`). A full replan runs all
+the same where the policy's full replans carry a choice to the light ones
+after them (greedy's variant); skipped or not, the cadence of full and
 relaxed replans holds.
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
