@@ -144,13 +144,13 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
     if not len(jobs):
         return
     weight = lay.priority[jobs] * lay.gpus[jobs]  # a replica-step's value
+    gpus = lay.gpus[jobs]
     picks = np.zeros((len(jobs), max(int(need.max()), 1)), dtype=np.int64)
     n_picks = np.zeros(len(jobs), dtype=np.int64)
-    serve_best_fit(~free, jobs, need, lay.gpus[jobs], lay.pool_ok[jobs], lay.gpu_pool,
+    serve_best_fit(~free, jobs, need, gpus, lay.pool_ok[jobs], lay.gpu_pool,
                    lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node, lay.node_first,
                    lay.node_end, picks, n_picks)
-    # Summed in order (cumsum is sequential): the plain loop's floats.
-    best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
+    best, best_value = None, _served_value(weight, n_picks)
     # Where best fit serves every replica wanted, no way serves more (a tie keeps it).
     tries = [] if (n_picks >= need).all() else [
         lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None], high=True)]
@@ -159,18 +159,33 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                                        False, unions(lay, jobs), restricted_first(lay, jobs)))
     for pack in tries:
         out = row[None, :].copy()
-        value = float(np.cumsum(weight * pack(out)[:, 0])[-1])
+        value = _served_value(weight, np.ascontiguousarray(pack(out)[:, 0]))
         if value > best_value:
             best, best_value = out[0], value
     if best is not None:
         row[:] = best
         return
-    # Every replica's block at once: first GPU + 0..k-1, owned by its service.
-    taken = np.arange(picks.shape[1])[None, :] < n_picks[:, None]  # (E, R)
-    size = np.broadcast_to(lay.gpus[jobs][:, None], taken.shape)[taken]  # (n,) per replica
-    offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-    row[np.repeat(picks[taken], size) + offset] = np.repeat(
-        np.broadcast_to(jobs[:, None], taken.shape)[taken], size)
+    _write_replicas(row, picks, n_picks, jobs, gpus)
+
+
+@njit(cache=True)
+def _served_value(weight, n):
+    """sum(weight * n), added in order: the floats of the plain loop."""
+    total = 0.0
+    for i in range(weight.shape[0]):
+        total += weight[i] * n[i]
+    return total
+
+
+@njit(cache=True)
+def _write_replicas(row, picks, n_picks, jobs, gpus):
+    """Each replica's block into `row`: its first GPU (picks) and the k - 1
+    after it, owned by its service."""
+    for i in range(jobs.shape[0]):
+        for r in range(n_picks[i]):
+            g = picks[i, r]
+            for x in range(gpus[i]):
+                row[g + x] = jobs[i]
 
 
 _NO_OWNER = np.zeros((1, 1), dtype=np.int64)
