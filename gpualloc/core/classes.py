@@ -143,8 +143,8 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
     need = np.asarray(need, dtype=np.int64)
     if not len(jobs):
         return
-    weight = lay.priority[jobs] * lay.gpus[jobs]  # a replica-step's value
     gpus = lay.gpus[jobs]
+    weight = lay.priority[jobs] * gpus  # a replica-step's value
     picks = np.zeros((len(jobs), max(int(need.max()), 1)), dtype=np.int64)
     n_picks = np.zeros(len(jobs), dtype=np.int64)
     serve_best_fit(~free, jobs, need, gpus, lay.pool_ok[jobs], lay.gpu_pool,
