@@ -150,7 +150,8 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
     serve_best_fit(~free, jobs, need, gpus, lay.pool_ok[jobs], lay.gpu_pool,
                    lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node, lay.node_first,
                    lay.node_end, picks, n_picks)
-    best, best_value = None, _served_value(weight, n_picks)
+    # Summed in order (cumsum is sequential): the plain loop's floats.
+    best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
     # Where best fit serves every replica wanted, no way serves more (a tie keeps it).
     tries = [] if (n_picks >= need).all() else [
         lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None], high=True)]
@@ -159,22 +160,13 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                                        False, unions(lay, jobs), restricted_first(lay, jobs)))
     for pack in tries:
         out = row[None, :].copy()
-        value = _served_value(weight, np.ascontiguousarray(pack(out)[:, 0]))
+        value = float(np.cumsum(weight * pack(out)[:, 0])[-1])
         if value > best_value:
             best, best_value = out[0], value
     if best is not None:
         row[:] = best
         return
     _write_replicas(row, picks, n_picks, jobs, gpus)
-
-
-@njit(cache=True)
-def _served_value(weight, n):
-    """sum(weight * n), added in order: the floats of the plain loop."""
-    total = 0.0
-    for i in range(weight.shape[0]):
-        total += weight[i] * n[i]
-    return total
 
 
 @njit(cache=True)

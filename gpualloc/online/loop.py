@@ -60,7 +60,6 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = skipped = 0
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
-    carries = None  # whether the policy's full replans carry a choice (known after the first)
     copies = {}  # the views' copies of jobs not started (online.view.view)
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
@@ -78,7 +77,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                 or not periodic and o.replan_on_arrival == "full")
         relaxed = full and (last_relaxed is None or o.relax_every is None
                             or tau - last_relaxed >= o.relax_every)
-        if (not full or carries is False) and _decides_nothing(s, tau, committed, made_by_tau):
+        # A policy whose last full plan carried nothing weighs nothing at a full replan.
+        carries_nothing = last_full is not None and carry is None
+        if (not full or carries_nothing) and _decides_nothing(s, tau, committed, made_by_tau):
             # Every rigid job known has started (and, preemptible, finished): a
             # replan would place nothing, and real-time service follows the
             # actual demand (serve): most steps of a lightly loaded cluster. A
@@ -110,7 +111,6 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             v.carry = None if full else carry
             made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
             carry = made.info.get("carry") if full else carry
-            carries = carry is not None if full else carries
             planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic
