@@ -40,7 +40,7 @@ def _int(doc: dict, key: str, where: str, lo: int, hi: int | None = None) -> int
         raise ScenarioError(f"{where}: field '{key}' must be {rng}, got {_show(v)}")
     if v > MAX_INT:
         raise ScenarioError(f"{where}: field '{key}' is {_show(v)}, above gpualloc's limit "
-                            f"of {MAX_INT:,} (see README, Limits)")
+                            f"of {MAX_INT:,} (see docs/guide.md, Limits)")
     return v
 
 

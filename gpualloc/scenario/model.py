@@ -50,7 +50,7 @@ def check_limits(horizon: int, gpus: int, jobs: int, where: str = "scenario") ->
                               ("job count", jobs, MAX_JOBS, "jobs")):
         if v > hi:
             raise ScenarioError(f"{where}: {what} {v:,} is above gpualloc's limit of {hi:,} "
-                                f"{unit} (see README, Limits)")
+                                f"{unit} (see docs/guide.md, Limits)")
 
 
 def _show(v, width: int = 60) -> str:
