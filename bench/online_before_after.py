@@ -2,6 +2,7 @@
 
     python -m bench.online_before_after --base 35d24e3 --out bench/results/online_before_after
     python -m bench.online_before_after --base HEAD~1 --scenarios mixed --seeds 0 --rounds 1 --out /tmp/x
+    python -m bench.online_before_after --base HEAD~1 --guarantee --out /tmp/g
 
 Greedy and the allocator online on the same cases (bench.online_traces's:
 the seven's scenarios x seeds, trace windows, generated sizes), once with
@@ -10,7 +11,11 @@ worktree), each side in its own process. The sides alternate over
 `--rounds` (base first in odd rounds, this checkout first in even ones), so
 both see this VM's speed drift alike. Per run: whether the two plans are
 the same bit for bit, both values, each side's median wall time (the
-policy's own, `wall_s`) and their ratio. Writes OUT.md and OUT.json.
+policy's own, `wall_s`) and their ratio. With `--guarantee`, every run
+guarantees each real-time service (`min_served=1.0`) with training
+preemptible (`preemptible=[training] restart_cost=1`), as
+bench.online_guarantee runs them (a scenario where it cannot be met is left
+out). Writes OUT.md and OUT.json.
 """
 from __future__ import annotations
 
@@ -30,12 +35,13 @@ spec = json.loads(sys.argv[1])
 import gpualloc as ga
 from bench.online_traces import cases, warm_up
 
+extra = spec.get("settings", {})  # the run's options (--guarantee)
 warm_up()
 for name in ("mixed", "heterogeneous"):  # every timed path compiled before timing
     small = ga.generate(name, seed=0, horizon=48)
     for policy in ("greedy", "allocator"):
         for every in spec["replan_every"]:
-            ga.plan(small, policy, mode="online", online={"replan_every": every})
+            ga.plan(small, policy, mode="online", online={"replan_every": every}, **extra)
 out = []
 args = argparse.Namespace(only=spec["only"], windows=spec["windows"], generated=spec["generated"],
                           scenarios=spec["scenarios"], seeds=spec["seeds"])
@@ -43,7 +49,11 @@ for kind, name, seed, make in cases(args):
     s = make()
     for policy in ("greedy", "allocator"):
         for every in spec["replan_every"]:
-            p = ga.plan(s, policy, seed=seed, mode="online", online={"replan_every": every})
+            try:
+                p = ga.plan(s, policy, seed=seed, mode="online", online={"replan_every": every},
+                            **extra)
+            except ga.ScenarioError:  # the guarantee impossible on this scenario: no row
+                continue
             out.append({"case": name, "seed": seed, "policy": policy, "replan_every": every,
                         "wall_s": p.wall_s,
                         "value": ga.metrics(p.scenario, p)["weighted_throughput"],
@@ -59,7 +69,9 @@ def key(row: dict) -> tuple:
 def compare(args) -> dict:
     spec = {"only": "all" if args.windows else "seven", "windows": args.windows,
             "generated": args.generated, "scenarios": args.scenarios, "seeds": args.seeds,
-            "replan_every": args.replan_every}
+            "replan_every": args.replan_every,
+            "settings": ({"min_served": 1.0, "preemptible": ["training"], "restart_cost": 1}
+                         if args.guarantee else {})}
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
     with worktree(args.base) as base:
         for r in range(args.rounds):
@@ -81,7 +93,7 @@ def compare(args) -> dict:
                      "walls_head": [x["wall_s"] for x in h]})
     return {"machine": machine(), "commit": git_commit(), "base": args.base,
             "command": "python -m bench.online_before_after " + " ".join(sys.argv[1:]),
-            "rounds": args.rounds, "rows": rows}
+            "rounds": args.rounds, "settings": spec["settings"], "rows": rows}
 
 
 def report(result: dict) -> str:
@@ -91,7 +103,8 @@ def report(result: dict) -> str:
         "",
         f"Machine: {result['machine']['cpu']}, {result['machine']['cores']} CPUs; "
         f"this checkout `{result['commit']}` against `{result['base']}`; "
-        f"{result['rounds']} rounds, the sides alternating.",
+        f"{result['rounds']} rounds, the sides alternating"
+        + (f"; every run with {result['settings']}." if result.get("settings") else "."),
         "",
         f"`{result['command']}`",
         "",
@@ -129,6 +142,8 @@ def main() -> None:
     p.add_argument("--generated", nargs="*", default=[], metavar="GxJxT")
     p.add_argument("--replan-every", type=int, nargs="+", default=[6, 1])
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--guarantee", action="store_true",
+                   help="every run with min_served=1.0 and training preemptible")
     p.add_argument("--out", type=Path, required=True, help="writes OUT.md and OUT.json")
     args = p.parse_args()
     result = compare(args)

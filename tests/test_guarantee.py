@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -252,3 +253,44 @@ def test_the_footprint_leaves_the_decided_cells_alone():
     cfg = RunConfig(mode="online", online=OnlineConfig(replan_every=1, forecast="last_day"))
     owner = run_policy("greedy", s, cfg, "cpu").owner
     assert check(s, owner).ok
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(["A", "B", "AB"]),
+                          st.integers(0, 3)), min_size=1, max_size=3),
+       st.lists(st.booleans(), min_size=14, max_size=14))
+def test_the_search_packs_exactly_when_some_packing_exists(services, free):
+    # The search's counting shortcut (more GPUs wanted than free, in all or
+    # for one service's types) never refuses a column that packs.
+    from gpualloc.core.guarantee import SEARCH_STEPS, _search
+    from gpualloc.core.layout import layout
+
+    s = from_dict(doc([service(f"s{i}", [1], gpus=k, gpu_types=list(types))
+                       for i, (k, types, _) in enumerate(services)],
+                      pools=((2, 4, "A"), (3, 2, "B")), horizon=1))
+    lay, free = layout(s), np.array(free)
+    replicas = [j for j, (_, _, n) in enumerate(services) for _ in range(n)]
+    found = _search(lay, free, replicas, SEARCH_STEPS)
+    taken = ~free.copy()
+
+    def place(n: int) -> bool:  # reference: every block of PROBLEM.md, in any order
+        if n == len(replicas):
+            return True
+        j = replicas[n]
+        k, ok = services[j][0], [p.gpu_type in services[j][1] for p in s.pools]
+        for b in every_block(s, k, ok):
+            if not taken[b:b + k].any():
+                taken[b:b + k] = True
+                if place(n + 1):
+                    return True
+                taken[b:b + k] = False
+        return False
+
+    assert (found is not None) == place(0)
+    if found is not None:  # disjoint blocks on free GPUs, each of its service's
+        held = np.zeros(s.G, dtype=int)
+        for j, b in zip(replicas, found):
+            assert b in every_block(s, services[j][0], [p.gpu_type in services[j][1]
+                                                          for p in s.pools])
+            held[b:b + services[j][0]] += 1
+        assert (held <= free).all()

@@ -113,6 +113,15 @@ def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int
     """Blocks (first GPUs) for every replica inside the free GPUs, or None
     when there is none (or the search gave up after `budget` tries).
     Replicas of one job take blocks in increasing order (they are alike)."""
+    # Replicas hold disjoint GPUs: more than are free, or than a service's
+    # compatible free GPUs, never pack. Online, around committed cells, that
+    # is nearly every search, and each would spend its whole budget.
+    count = np.bincount(np.asarray(replicas, dtype=np.int64), minlength=lay.J)
+    jobs = np.flatnonzero(count)
+    wanted = count[jobs] * lay.gpus[jobs]
+    compatible = (lay.pool_ok[jobs][:, lay.gpu_pool] & free).sum(1)
+    if wanted.sum() > free.sum() or (wanted > compatible).any():
+        return None
     order = sorted(range(len(replicas)), key=lambda i: (-lay.gpus[replicas[i]], replicas[i]))
     cand = {}
     for j in set(replicas):

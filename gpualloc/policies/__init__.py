@@ -41,7 +41,9 @@ class Policy:
 
 def rivals(device: torch.device | str = "cpu") -> Rivals:
     """The plans other policies are weighed against, default settings each:
-    fifo, backfill, greedy, and greedy without preemption (`greedy_whole`)."""
+    fifo, backfill, greedy, greedy without preemption (`greedy_whole`), and
+    greedy its own way only, without weighing its backfill variant
+    (`greedy_own`; with `window`, its first steps)."""
     from gpualloc.config import GreedyConfig
     from gpualloc.policies.backfill import backfill
     from gpualloc.policies.fifo import fifo
@@ -51,7 +53,9 @@ def rivals(device: torch.device | str = "cpu") -> Rivals:
             "backfill": lambda s, window=None: backfill(s, window=window),
             "greedy": lambda s: greedy(s, GreedyConfig(), "cpu", rivals(device)),
             "greedy_whole": lambda s: greedy(s, GreedyConfig(preempt=False), "cpu",
-                                             rivals(device))}
+                                             rivals(device)),
+            "greedy_own": lambda s, window=None: greedy(s, GreedyConfig(), "cpu", None,
+                                                        window=window)}
 
 
 def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

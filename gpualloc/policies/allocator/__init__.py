@@ -51,6 +51,7 @@ import dataclasses
 import math
 import time
 
+import numpy as np
 import torch
 
 from gpualloc import progress
@@ -244,7 +245,7 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
     clock = time.perf_counter()
     options = {"whole runs": owner}
     cuts = {}
-    if "greedy" in rivals:
+    if "greedy" in rivals and not _cuts_nothing(s, cfg, rivals):
         preemptive = rivals["greedy"](s).owner
         if cfg.start_from_greedy:
             options["greedy's preemption"] = preemptive
@@ -262,6 +263,31 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
     info["preemption"] = {"values": values, "chosen": chosen,
                           "seconds": time.perf_counter() - clock}
     return options[chosen]
+
+
+def _cuts_nothing(s: Scenario, cfg: SolverConfig, rivals: dict) -> bool:
+    """Whether greedy's plan of `s` surely cuts no running job, known without
+    its whole plan: only greedy's own way cuts (its plain backfill variant
+    keeps the fixed cells), only inside the fixed segments, and greedy decides
+    each step from the steps before it, so its plan of those steps decides.
+    Online, at every replan, most of the time of a run with preemption."""
+    if cfg.start_from_greedy or "greedy_own" not in rivals:
+        return False  # its whole plan competes
+    if s.fixed is None:
+        return True
+    fixed, priority = fixed_jobs(s), s.priority.numpy()
+    waiting = s.rigid.numpy() & ~s.unplaceable.numpy() & ~fixed
+    if not waiting.any():
+        return True
+    # A job evicts only jobs of lower priority, and a running job is first
+    # cut by a job that was waiting (greedy.preempt_for).
+    victims = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
+    victims[:-1] = fixed & s.preemptible.numpy() & (priority < priority[waiting].max())
+    held = victims[s.fixed.numpy()].any(0)  # (T,) steps such a job holds
+    if not held.any():
+        return True
+    steps = int(np.flatnonzero(held)[-1]) + 1
+    return not _cuts(s, rivals["greedy_own"](s, window=steps).owner)
 
 
 def _cuts(s: Scenario, cut: torch.Tensor) -> dict[int, int]:
