@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 
 from gpualloc.core import owner_of, still_wanted, time_major
 from gpualloc.core.layout import layout
@@ -113,6 +114,8 @@ def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int
     """Blocks (first GPUs) for every replica inside the free GPUs, or None
     when there is none (or the search gave up after `budget` tries).
     Replicas of one job take blocks in increasing order (they are alike)."""
+    if not replicas:
+        return []
     # Replicas hold disjoint GPUs: more than are free, or than a service's
     # compatible free GPUs, never pack. Online, around committed cells, that
     # is nearly every search, and each would spend its whole budget.
@@ -123,38 +126,78 @@ def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int
     if wanted.sum() > free.sum() or (wanted > compatible).any():
         return None
     order = sorted(range(len(replicas)), key=lambda i: (-lay.gpus[replicas[i]], replicas[i]))
-    cand = {}
-    for j in set(replicas):
-        k = int(lay.gpus[j])
-        b = lay.blocks(j)
-        cand[j] = [int(x) for x in b if free[x:x + k].all()]
-    taken = ~free.copy()
-    chosen = [0] * len(replicas)
-    steps = [0]
+    free_cs = np.concatenate([[0], np.cumsum(free)])  # (G + 1,) free GPUs below each
+    cand = {}  # job -> (B,) its blocks whose GPUs are all free, in order
+    for j in jobs.tolist():
+        b, k = lay.blocks(j), int(lay.gpus[j])
+        cand[j] = b[free_cs[b + k] - free_cs[b] == k]
+    # The packing in `order`, each replica's candidates a slice of one array.
+    job = [replicas[i] for i in order]
+    sizes = lay.gpus[job].astype(np.int64)
+    same = np.array([n > 0 and job[n - 1] == j for n, j in enumerate(job)], dtype=np.bool_)
+    bounds = np.cumsum([0] + [len(cand[j]) for j in job]).astype(np.int64)
+    flat = np.concatenate([cand[j] for j in job]).astype(np.int64)
+    chosen = np.zeros(len(job), dtype=np.int64)
+    if not _pack(sizes, same, bounds, flat, ~free, budget, chosen):
+        return None
+    out = [0] * len(replicas)
+    for n, i in enumerate(order):
+        out[i] = int(chosen[n])
+    return out
 
-    def place(n: int, lo: int) -> bool:
-        if n == len(order):
-            return True
-        i = order[n]
-        j = replicas[i]
-        k = int(lay.gpus[j])
-        same_as_before = n > 0 and replicas[order[n - 1]] == j
-        for x, b in enumerate(cand[j]):
-            if same_as_before and x < lo:
+
+@njit(cache=True)
+def _pack(sizes, same, bounds, flat, taken, budget, chosen):
+    """Depth-first: replica n (of sizes[n] GPUs) tries the blocks
+    flat[bounds[n]:bounds[n + 1]] in order, skipping those before the block
+    after its previous replica's where both are of one job (`same`); each
+    block tried counts against `budget`. Writes chosen[n]; returns whether
+    every replica is placed. taken: (G,) bool, the GPUs not free (updated)."""
+    N = sizes.shape[0]
+    if N == 0:
+        return True
+    nxt = np.zeros(N, dtype=np.int64)  # the next candidate to try, per replica
+    lo = np.zeros(N, dtype=np.int64)  # same job as the one before: no candidate below
+    steps = 0
+    n = 0
+    while True:
+        k, first = sizes[n], bounds[n]
+        x = nxt[n]
+        placed = False
+        while first + x < bounds[n + 1]:
+            if same[n] and x < lo[n]:
+                x += 1
                 continue
-            steps[0] += 1
-            if steps[0] > budget:
+            steps += 1
+            if steps > budget:
                 return False
-            if taken[b:b + k].any():
+            b = flat[first + x]
+            x += 1
+            clear = True
+            for g in range(b, b + k):
+                if taken[g]:
+                    clear = False
+                    break
+            if not clear:
                 continue
-            taken[b:b + k] = True
-            chosen[i] = b
-            if place(n + 1, x + 1):
+            for g in range(b, b + k):
+                taken[g] = True
+            chosen[n] = b
+            nxt[n] = x
+            placed = True
+            break
+        if placed:
+            if n + 1 == N:
                 return True
-            taken[b:b + k] = False
-        return False
-
-    return [chosen[i] for i in range(len(replicas))] if place(0, 0) else None
+            n += 1
+            nxt[n] = 0
+            lo[n] = x
+            continue
+        if n == 0:
+            return False
+        n -= 1  # back: free the previous replica's block, try its next
+        for g in range(chosen[n], chosen[n] + sizes[n]):
+            taken[g] = False
 
 
 def check_guarantee(s: Scenario) -> None:
