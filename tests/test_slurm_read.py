@@ -287,3 +287,18 @@ def test_snapshot_places_waiting_jobs_where_their_nodes_have_room():
                 idx={"n1": [0, 1]})
     with pytest.raises(SlurmReadError, match="node n1: running jobs hold more GPUs"):
         build(nodes, [late, twice], o, now)
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "nan"])
+def test_serve_refuses_a_time_limit_that_is_no_time_in_one_line(limit):
+    # Before Slurm is asked anything; as `python -m gpualloc.slurm` (where
+    # the commands' UsageError once escaped as a traceback).
+    p = _cli("serve", "--time-limit", limit, "--step-minutes", "60", "--horizon", "4")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "--time-limit" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_serve_plans_by_moves_unless_given_a_time_limit():
+    from gpualloc.slurm.bridge import serve_config
+    assert serve_config(0).solver.time_limit_s is None  # one plan per seed
+    assert serve_config(0, 2.5).solver.time_limit_s == 2.5

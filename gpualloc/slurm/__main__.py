@@ -270,4 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as gpualloc.slurm.__main__, the module the commands import UsageError
+    # from (as `__main__` its class would be a second one, and escape the except).
+    from gpualloc.slurm.__main__ import main as run
+    sys.exit(run())

@@ -24,12 +24,14 @@ __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_
 SERVE_POLICIES = ("greedy", "allocator")
 
 
-def serve_config(seed: int = 0) -> RunConfig:
+def serve_config(seed: int = 0, time_limit_s: float | None = None) -> RunConfig:
     """The run config `serve` plans each step with: the policies' own
-    settings on the CPU, without a progress bar; the allocator's search
-    stops at its time limit (solver.time_limit_s, 1 s), inside a step."""
+    settings on the CPU, without a progress bar. The allocator's search is
+    a budget of moves (a seed gives one plan); `time_limit_s` also stops it
+    on the clock (solver.time_limit_s), to keep a plan inside a short step."""
     cfg = RunConfig(device="cpu", seed=seed)
     cfg.solver.progress = False
+    cfg.solver.time_limit_s = time_limit_s
     cfg.solver.deep_search_cells = 0  # a step's plan: never the offline deep search
     return cfg
 

@@ -65,6 +65,9 @@ def add_options(p) -> None:
     p.add_argument("--replica-minutes", type=int, default=1440,
                    help="time limit of a replica job (it runs until the demand falls)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="stop the allocator's search on the clock too (default: its budget "
+                        "of moves only, one plan per seed)")
     p.add_argument("--dry-run", action="store_true", help="print the actions, take none")
     p.add_argument("--quiet", action="store_true")
 
@@ -186,14 +189,16 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
 
 
 def main(a) -> int:
-    from gpualloc.slurm.__main__ import epoch, snapshot_options
+    from gpualloc.slurm.__main__ import UsageError, epoch, snapshot_options
+    if a.time_limit is not None and not a.time_limit > 0:
+        raise UsageError(f"--time-limit {a.time_limit:g}: must be above 0 seconds")
     o = snapshot_options(a)
     demand = o.demand
     slurm = Slurm(a.slurm_conf)
     step_s = a.step_seconds or o.step_minutes * 60.0
     o.step_minutes = step_s / 60.0
     o.finishing_s = a.lead_seconds + 1.0  # rigid jobs ending at the boundary: done
-    cfg = bridge.serve_config(a.seed)
+    cfg = bridge.serve_config(a.seed, a.time_limit)
     seen = load_recorded(a.recorded) if a.recorded else {}
     # Slurm unreachable or a bad option: one line, exit 2, before anything.
     # The first plan compiles the placement core: done before the clock starts.
