@@ -178,6 +178,10 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert p.returncode == 0, p.stderr
         assert "release job" in p.stdout and f"replica of {chat.id}" in p.stdout
         assert all(j.held for j in slurm.jobs() if j.id in ids)  # nothing done
+        p = run_cli("serve", "--dry-run", *common, "--policy", "allocator", "--time-limit", "5",
+                    slurm=slurm)  # the allocator, its search on a clock too
+        assert p.returncode == 0 and "release job" in p.stdout, p.stderr
+        assert all(j.held for j in slurm.jobs() if j.id in ids)
         # Killed (SIGKILL) once it has acted on a step after the first (on a
         # loaded machine it may start at step 2 or later), then restarted.
         first = subprocess.Popen([sys.executable, "-m", "gpualloc.slurm", "serve", *common,
