@@ -19,7 +19,7 @@ from gpualloc.core.schedule import Schedule, adopt
 from gpualloc.online.observe import Oracle
 from gpualloc.online.serve import serve
 from gpualloc.online.view import Committed, view_at
-from gpualloc.plan import IDLE, Plan, empty_owner, segments
+from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
 from gpualloc.scenario import Scenario, ScenarioError
 from gpualloc.threads import cpu_threads
@@ -118,12 +118,15 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             previous = _remember(v, index, planned, tau, s)
         due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
                             0 if guarded else 1 if o.commit_at_start else None)
+        # Between replans only jobs that are not preemptible start: the
+        # preemptible jobs' segments stay as committed, read once for both.
+        seg = segments(s, owner) if bool(s.preemptible.any()) else None
         if o.fill_between or due:
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
-                                    guarded, copies)
+                                    guarded, copies, seg)
             filled += done[0]
             deferred += done[1]
-        progress = _trim_done(s, owner)
+        progress = _trim_done(s, owner, seg)
         if serve(s, _replicas(v, index, planned, stop - tau), tau, stop, owner, committed):
             progress = _trim_done(s, owner)  # preempted at a step of the window
         bar.update(stop - tau)
@@ -338,7 +341,8 @@ def _runs(cells: np.ndarray) -> list[tuple[int, int, int]]:
 def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                      previous: np.ndarray | None, committed: Committed,
                      owner: torch.Tensor, due: dict[int, tuple[int, int]],
-                     guarded: bool = False, copies: dict | None = None) -> tuple[int, int]:
+                     guarded: bool = False, copies: dict | None = None,
+                     seg: Segments | None = None) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's,
     but with `guarded`: guaranteed services' forecast raised by
@@ -351,11 +355,14 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
       after tau starts at t if a block is free for its whole run where the
       forecast real-time demand still fits (a backfill pass); highest
       priority first.
+    `seg`: the executed plan's segments at tau, when the caller has them.
     Returns (arrivals started, due jobs that did not start at their step)."""
     filled, deferred = 0, 0
     waiting: list[int] = []  # due jobs that did not start at their step
     # Preemptible jobs' progress: none is started here, so one pass serves the window.
-    progress = segments(s, owner).progress if bool(s.preemptible.any()) else None
+    if seg is None and bool(s.preemptible.any()):
+        seg = segments(s, owner)
+    progress = None if seg is None else seg.progress
     # The window's arrivals that may fill, read once (thousands of jobs, issue 28).
     fills = [j for j in torch.nonzero((s.arrival > tau) & (s.arrival < stop) & s.rigid
                                       & ~s.preemptible & ~s.unplaceable).flatten().tolist()
@@ -451,13 +458,14 @@ def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
     return planned if worth_displacing(now, wait) else None
 
 
-def _trim_done(s: Scenario, owner: torch.Tensor) -> torch.Tensor | None:
+def _trim_done(s: Scenario, owner: torch.Tensor,
+               seg: Segments | None = None) -> torch.Tensor | None:
     """Free the cells a preemptible job holds after it is done (a view does
     not see every restore, so a committed segment may run long); returns the
     (J, T) progress of the executed plan (None without preemptible jobs)."""
     if not bool(s.preemptible.any()):
         return None
-    seg = segments(s, owner)
+    seg = segments(s, owner) if seg is None else seg
     late = seg.after_done  # (J, T)
     if late.any():
         j = owner.clamp(min=0)
