@@ -300,7 +300,7 @@ def markdown(result: dict) -> str:
                         below += a[0]["weighted_throughput"] < b[0]["weighted_throughput"]
             if n:
                 lines.append(f"\nEvery {e} step(s): the allocator online is below greedy online "
-                             f"on {below} of {n} runs (contended windows and contended runs of the seven).")
+                             f"on {below} of {n} runs (contended windows and contended generated runs).")
 
     # 3. the guarantee.
     guar = [r for r in rows if r["guarantee"]]

@@ -400,27 +400,29 @@ def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
     assert check(cut, plan).ok
 
 
-def test_greedys_whole_plan_is_skipped_only_where_it_cuts_no_running_job():
-    # The allocator asks greedy's whole plan (both variants weighed) which
-    # running jobs it cuts; _cuts_nothing answers "none" from greedy's own
-    # plan of the running segments' steps, or from priorities alone. Views
-    # of an online run with training preemptible, some cut and some not.
+def test_greedys_cuts_of_running_jobs_are_those_of_its_whole_plan():
+    # running_cuts makes greedy's whole plan (both variants weighed) only
+    # where it may cut, and answers "none" from greedy's own plan of the
+    # running segments' steps, or from priorities alone. Views of an online
+    # run with training preemptible, some cut and some not.
     from collections import Counter
 
     from gpualloc import generate, run_config
+    from gpualloc.config import GreedyConfig
+    from gpualloc.core.segments import cuts_in
     from gpualloc.online import online
-    from gpualloc.online.loop import replan_configs
     from gpualloc.policies import POLICIES
-    from gpualloc.policies.allocator import _cuts, _cuts_nothing
+    from gpualloc.policies.greedy import greedy, running_cuts
     from gpualloc.scenario.edit import with_min_served, with_preemption
 
     s = with_preemption(generate("training_heavy", seed=0, horizon=48), ["training"], 1)
     s = with_min_served(s, 1.0)
-    cfg = run_config(mode="online", online={"replan_every": 6})
     views = []
-    online(s, POLICIES["greedy"], cfg, on_view=lambda *v: views.append(v[1]))
-    solver, r = replan_configs(cfg)[0].solver, rivals("cpu")
-    seen = Counter((_cuts_nothing(v, solver, r), bool(_cuts(v, r["greedy"](v).owner)))
-                   for v in views)
-    assert not seen[(True, True)], seen  # never skipped where greedy cuts
-    assert seen[(True, False)] and seen[(False, True)], seen
+    online(s, POLICIES["greedy"], run_config(mode="online", online={"replan_every": 6}),
+           on_view=lambda *v: views.append(v[1]))
+    seen = Counter()
+    for v in views:
+        whole = cuts_in(v, greedy(v, GreedyConfig(), "cpu", rivals("cpu")).owner)
+        assert running_cuts(v, GreedyConfig(), rivals("cpu")) == whole
+        seen[bool(whole)] += 1
+    assert seen[True] and seen[False], seen

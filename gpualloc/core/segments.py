@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from gpualloc.core import owner_of, priority_order, time_major
+from gpualloc.core import fixed_jobs, owner_of, priority_order, time_major
 from gpualloc.core.blocks import runs_of
 from gpualloc.core.layout import layout
 from gpualloc.plan import segments
@@ -89,3 +89,17 @@ def fill_segments(s: Scenario, owner: torch.Tensor) -> tuple[torch.Tensor, int]:
     placed = _fill(grid, run, jobs, lay.arrival, lay.gpus, lay.restart_cost, need, closed,
                    last_end, last_first, lay.job_class, lay.class_ptr, lay.class_blocks)
     return owner_of(grid), int(placed)
+
+
+def cuts_in(s: Scenario, plan: torch.Tensor) -> dict[int, int]:
+    """Running preemptible jobs (online: in `s.fixed`) that the (G, T) `plan`
+    stops, and the step it stops each at (the form scenario.with_cuts takes)."""
+    if s.fixed is None:
+        return {}
+    out = {}
+    for j in fixed_jobs(s).nonzero()[0].tolist():
+        mine = s.fixed == j  # (G, T): the rest of its current segment
+        kept = int(((plan == j) & mine).any(0).cumprod(0).sum())
+        if s.jobs[j].preemptible and kept < int(mine.any(0).sum()) and kept + 1 < s.T:
+            out[j] = kept
+    return out

@@ -42,20 +42,18 @@ class Policy:
 def rivals(device: torch.device | str = "cpu") -> Rivals:
     """The plans other policies are weighed against, default settings each:
     fifo, backfill, greedy, greedy without preemption (`greedy_whole`), and
-    greedy its own way only, without weighing its backfill variant
-    (`greedy_own`; with `window`, its first steps)."""
+    the running jobs greedy's plan cuts (`greedy_cuts`)."""
     from gpualloc.config import GreedyConfig
     from gpualloc.policies.backfill import backfill
     from gpualloc.policies.fifo import fifo
-    from gpualloc.policies.greedy import greedy
+    from gpualloc.policies.greedy import greedy, running_cuts
 
     return {"fifo": lambda s: fifo(s, device=device),
             "backfill": lambda s, window=None: backfill(s, window=window),
             "greedy": lambda s: greedy(s, GreedyConfig(), "cpu", rivals(device)),
             "greedy_whole": lambda s: greedy(s, GreedyConfig(preempt=False), "cpu",
                                              rivals(device)),
-            "greedy_own": lambda s, window=None: greedy(s, GreedyConfig(), "cpu", None,
-                                                        window=window)}
+            "greedy_cuts": lambda s: running_cuts(s, GreedyConfig(), rivals(device))}
 
 
 def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

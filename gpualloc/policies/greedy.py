@@ -61,6 +61,7 @@ from gpualloc.core.easy import easy_pass
 from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
+from gpualloc.core.segments import cuts_in
 from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
@@ -96,6 +97,31 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
         plan.info["carry"] = {"greedy_variant": variant}
     return plan
 
+
+
+def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> dict[int, int]:
+    """The running jobs (in `s.fixed`) that greedy's plan of `s` cuts, and the
+    step each is cut at (core.segments.cuts_in), its whole plan made only
+    where it may cut: only its own way cuts (the plain backfill variant keeps
+    the fixed cells), only inside the running segments, and a running job is
+    first cut by a waiting one of higher priority (preempt_for). Its plan
+    of those steps is the first steps of its whole one. Online, the
+    allocator asks this at every replan with preemptible jobs."""
+    if s.fixed is None or not cfg.preempt:
+        return {}
+    fixed, priority = fixed_jobs(s), s.priority.numpy()
+    waiting = s.rigid.numpy() & ~s.unplaceable.numpy() & ~fixed
+    if not waiting.any():
+        return {}
+    victims = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
+    victims[:-1] = fixed & s.preemptible.numpy() & (priority < priority[waiting].max())
+    held = victims[s.fixed.numpy()].any(0)  # (T,) steps such a job holds
+    if not held.any():
+        return {}
+    steps = int(np.flatnonzero(held)[-1]) + 1
+    if not cuts_in(s, _Greedy(s, cfg).run(steps).owner):
+        return {}
+    return cuts_in(s, greedy(s, cfg, "cpu", rivals).owner)
 
 # ---- greedy's own fit key, compiled ---------------------------------------------------------
 

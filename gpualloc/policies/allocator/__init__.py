@@ -51,7 +51,6 @@ import dataclasses
 import math
 import time
 
-import numpy as np
 import torch
 
 from gpualloc import progress
@@ -63,7 +62,7 @@ from gpualloc.core.schedule import adopt
 from gpualloc.policies.allocator.repair import build, build_parallel
 from gpualloc.policies.allocator.search import SearchStats, improve
 from gpualloc.policies.allocator.round import relaxed_order, round_starts
-from gpualloc.core.segments import fill_segments
+from gpualloc.core.segments import cuts_in, fill_segments
 from gpualloc.objective import value, weighted_throughput
 from gpualloc.scenario import Scenario, with_cuts
 from gpualloc.threads import cpu_threads
@@ -245,11 +244,12 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
     clock = time.perf_counter()
     options = {"whole runs": owner}
     cuts = {}
-    if "greedy" in rivals and not _cuts_nothing(s, cfg, rivals):
+    if cfg.start_from_greedy and "greedy" in rivals:
         preemptive = rivals["greedy"](s).owner
-        if cfg.start_from_greedy:
-            options["greedy's preemption"] = preemptive
-        cuts = _cuts(s, preemptive)
+        options["greedy's preemption"] = preemptive
+        cuts = cuts_in(s, preemptive)
+    elif "greedy_cuts" in rivals:  # greedy's cuts alone, made whole only where it may cut
+        cuts = rivals["greedy_cuts"](s)
     if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
         options["greedy's cuts"] = _after_cuts(s, cuts, cfg, rivals)
     if len(cuts) > 1:
@@ -263,45 +263,6 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
     info["preemption"] = {"values": values, "chosen": chosen,
                           "seconds": time.perf_counter() - clock}
     return options[chosen]
-
-
-def _cuts_nothing(s: Scenario, cfg: SolverConfig, rivals: dict) -> bool:
-    """Whether greedy's plan of `s` surely cuts no running job, known without
-    its whole plan: only greedy's own way cuts (its plain backfill variant
-    keeps the fixed cells), only inside the fixed segments, and greedy decides
-    each step from the steps before it, so its plan of those steps decides.
-    Online, at every replan, most of the time of a run with preemption."""
-    if cfg.start_from_greedy or "greedy_own" not in rivals:
-        return False  # its whole plan competes
-    if s.fixed is None:
-        return True
-    fixed, priority = fixed_jobs(s), s.priority.numpy()
-    waiting = s.rigid.numpy() & ~s.unplaceable.numpy() & ~fixed
-    if not waiting.any():
-        return True
-    # A job evicts only jobs of lower priority, and a running job is first
-    # cut by a job that was waiting (greedy.preempt_for).
-    victims = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
-    victims[:-1] = fixed & s.preemptible.numpy() & (priority < priority[waiting].max())
-    held = victims[s.fixed.numpy()].any(0)  # (T,) steps such a job holds
-    if not held.any():
-        return True
-    steps = int(np.flatnonzero(held)[-1]) + 1
-    return not _cuts(s, rivals["greedy_own"](s, window=steps).owner)
-
-
-def _cuts(s: Scenario, cut: torch.Tensor) -> dict[int, int]:
-    """Running preemptible jobs (online: in the fixed cells) that the plan
-    `cut` stops, and the step it stops each at."""
-    if s.fixed is None:
-        return {}
-    out = {}
-    for j in fixed_jobs(s).nonzero()[0].tolist():
-        mine = s.fixed == j  # (G, T): the rest of its current segment
-        kept = int(((cut == j) & mine).any(0).cumprod(0).sum())
-        if s.jobs[j].preemptible and kept < int(mine.any(0).sum()) and kept + 1 < s.T:
-            out[j] = kept
-    return out
 
 
 def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig,
