@@ -391,6 +391,30 @@ def _guard_tables(data):
 
 
 @given(st.data())
+@settings(max_examples=60)
+def test_cheapest_eviction_is_the_cheapest_usable_block_with_victims(data):
+    # Greedy's preemption: the block whose victims (each counted once) cost
+    # least, ties the first, against a scan of every block by sets.
+    G, L = data.draw(st.integers(1, 10)), data.draw(st.integers(1, 4))
+    J = data.draw(st.integers(1, 5))
+    k = data.draw(st.integers(1, G))
+    at = np.array(data.draw(st.lists(st.integers(-1, J - 1), min_size=L * G, max_size=L * G)),
+                  dtype=np.int64).reshape(L, G)
+    usable = np.array(data.draw(st.lists(st.booleans(), min_size=G, max_size=G)), dtype=np.bool_)
+    blocks = np.array(sorted(data.draw(st.sets(st.integers(0, G - k), min_size=1))),
+                      dtype=np.int64)
+    weight = np.array(data.draw(st.lists(st.integers(1, 4), min_size=J, max_size=J)),
+                      dtype=np.float64)
+    best, best_cost = -1, 0.0
+    for i, b in enumerate(blocks.tolist()):
+        mine = {int(r) for r in at[:, b:b + k].ravel() if r >= 0}
+        cost = sum(weight[r] for r in mine)
+        if usable[b:b + k].all() and mine and (best < 0 or cost < best_cost):
+            best, best_cost = i, cost
+    assert kb.cheapest_eviction(at, usable, blocks, k, weight) == best
+
+
+@given(st.data())
 @settings(max_examples=40)
 def test_shortness_is_the_windows_minimum(data):
     # "Is some union short over [t, t + d)": at one t (`_short_from`, the

@@ -165,6 +165,34 @@ def fewest_left(busy, t, blocks, options, gpu_node, n_nodes):
 
 
 @njit(cache=True)
+def cheapest_eviction(at, usable, blocks, k, weight):
+    """Index of the block of k GPUs (first GPUs `blocks`) that is `usable`
+    (G,) throughout and whose victims (the ids >= 0 of `at` (L, G) in its
+    columns, each counted once) cost the least `weight` in all; ties: the
+    first such block. -1 when no block has a victim."""
+    best, best_cost = -1, 0.0
+    seen = np.full(weight.shape[0], -1, dtype=np.int64)  # the block a victim was last counted in
+    for i in range(blocks.shape[0]):
+        b = blocks[i]
+        whole = True
+        for g in range(b, b + k):
+            whole = whole and usable[g]
+        if not whole:
+            continue
+        cost, any_victim = 0.0, False
+        for x in range(at.shape[0]):
+            for g in range(b, b + k):
+                r = at[x, g]
+                if r >= 0 and seen[r] != i:
+                    seen[r] = i
+                    cost += weight[r]
+                    any_victim = True
+        if any_victim and (best < 0 or cost < best_cost):
+            best, best_cost = i, cost
+    return best
+
+
+@njit(cache=True)
 def best_displacing(run, blocks, block_pool, k, d, after, t_safe, T, price, value_per_step,
                     out):
     """Displacement: the start before t_safe whose value (value_per_step x

@@ -109,8 +109,9 @@ class Occupancy:
              None if held else self.fixed)
         self.version += 1
 
-    def lengths(self, jobs: np.ndarray, start: int) -> np.ndarray:
-        """(n,) int64: `length(j, start)` of each of `jobs` (n,), at once."""
+    def lengths(self, jobs: np.ndarray, start: int | np.ndarray) -> np.ndarray:
+        """(n,) int64: `length(j, start)` of each of `jobs` (n,), at once
+        (`start`: one for all, or each job's own, (n,))."""
         return np.minimum(self.steps_of(jobs), self.T - start)
 
     def steps_of(self, jobs: np.ndarray) -> np.ndarray:
@@ -185,10 +186,9 @@ class Occupancy:
     def running(self, t: int) -> np.ndarray:
         """Jobs whose current segment holds cells at t (placed or fixed), and
         that started before t (or before planning began)."""
-        return np.array([j for j in np.nonzero((self.start >= 0)
-                                               & ((self.start < t) | self.adopted))[0]
-                         if self.start[j] + self.length(j, int(self.start[j])) > t],
-                        dtype=np.int64)
+        jobs = np.flatnonzero((self.start >= 0) & ((self.start < t) | self.adopted))
+        starts = self.start[jobs]
+        return jobs[starts + self.lengths(jobs, starts) > t].astype(np.int64)
 
     def hold(self, start: int, end: int, first: int, k: int) -> None:
         """EASY reservation: GPUs [first, first + k) over [start, end) are
@@ -273,16 +273,12 @@ class Occupancy:
             end = min(start + self.length(r, start), t + L)
             at[:end - t, first:first + int(lay.gpus[r])] = r
         usable = (~busy[t:t + L] | (at >= 0)).all(0)  # (G,) free once the victims go
-        cs = np.zeros(lay.G + 1, dtype=np.int64)
-        np.cumsum(usable, out=cs[1:])
         blocks = lay.blocks(j)
-        best, best_cost, best_victims = -1, 0.0, ()
-        for g in blocks[cs[blocks + k] - cs[blocks] == k].tolist():
-            mine = {int(r) for r in np.unique(at[:, g:g + k]) if r >= 0}
-            cost = sum(float(weight[r]) for r in mine)
-            if mine and (best < 0 or cost < best_cost):
-                best, best_cost, best_victims = g, cost, tuple(sorted(mine))
-        return best, best_victims
+        i = kb.cheapest_eviction(at, usable, blocks, k, np.asarray(weight, dtype=np.float64))
+        if i < 0:
+            return -1, ()
+        g = int(blocks[i])
+        return g, tuple(r for r in np.unique(at[:, g:g + k]).tolist() if r >= 0)
 
     def fewest_left(self, j: int, t: int, options: np.ndarray) -> int:
         """First GPU of the option whose node keeps the fewest free GPUs at t

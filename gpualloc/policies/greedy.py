@@ -88,15 +88,19 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
     elif variant == "greedy":
         plan = _Greedy(s, cfg).run(window)
     else:
-        plan, other = _Greedy(s, cfg).run(), plain(s)
-        variant = "greedy"
-        if weighted_throughput(s, other.owner) > weighted_throughput(s, plan.owner):
-            plan = Plan(owner=other.owner, info={**plan.info, "variant": "backfill"})
-            variant = "backfill"
+        plan, variant = _better(s, _Greedy(s, cfg).run(), plain)
     if window is not None:
         plan.info["carry"] = {"greedy_variant": variant}
     return plan
 
+
+def _better(s: Scenario, plan: Plan, plain) -> tuple[Plan, str]:
+    """Greedy's own whole `plan` or the plain backfill's, the better kept
+    (ties: greedy's), and which."""
+    other = plain(s)
+    if weighted_throughput(s, other.owner) > weighted_throughput(s, plan.owner):
+        return Plan(owner=other.owner, info={**plan.info, "variant": "backfill"}), "backfill"
+    return plan, "greedy"
 
 
 def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> dict[int, int]:
@@ -119,9 +123,12 @@ def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> 
     if not held.any():
         return {}
     steps = int(np.flatnonzero(held)[-1]) + 1
-    if not cuts_in(s, _Greedy(s, cfg).run(steps).owner):
+    planner = _Greedy(s, cfg)
+    if not cuts_in(s, planner.run(steps).owner):
         return {}
-    return cuts_in(s, greedy(s, cfg, "cpu", rivals).owner)
+    plan = planner.run()  # the whole plan: these steps, then the rest
+    plain = rivals.get("backfill") if cfg.variants and rivals else None
+    return cuts_in(s, plan.owner if plain is None else _better(s, plan, plain)[0].owner)
 
 # ---- greedy's own fit key, compiled ---------------------------------------------------------
 
@@ -198,6 +205,7 @@ class _Greedy:
         self.el = np.array(self.elastic, dtype=np.int64)
         self.weight = lay.priority * lay.gpus
         self.weight_of = self.weight.tolist()  # a list: read per waiting job per step
+        self.priority_of = lay.priority.tolist()
         self.min_el_priority = min((float(lay.priority[e]) for e in self.elastic), default=0.0)
         # The elastic footprint and the grid a new rigid job must avoid (core).
         self.foot = Footprint(lay, self.hard, self.elastic, need, cfg.demand_aware,
@@ -216,7 +224,7 @@ class _Greedy:
         self.safe_later: dict[tuple[int, int, int], bool] = {}
         self.safe_version = -1
         self.arrival = lay.arrival.tolist()  # a list: read per waiting job per step
-        self.now = 0
+        self.now = 0  # the next step `run` plans: a window's run may go on to the rest
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- rigid jobs -------------------------------------------------------------------
@@ -418,9 +426,8 @@ class _Greedy:
         """Start j at t on a block freed by evicting running preemptible jobs
         of lower priority (the cheapest victims); False if there is none."""
         lay, hard = self.lay, self.hard
-        victims = [r for r in self.running_now if lay.priority[r] < lay.priority[j]
-                   and int(hard.start[r]) + self.length(r, int(hard.start[r])) - t
-                   > int(lay.restart_cost[r])]
+        below = self.priority_of[j]
+        victims = [r for r in self.evictable if self.priority_of[r] < below]
         if not victims:
             return False
         self.foot.refresh(t)
@@ -435,7 +442,7 @@ class _Greedy:
             self.owner[t:end, first:first + kr] = -1
             self.foot.freed(t, end, first, kr)
             self.queue.append(r)
-            self.running_now.remove(r)
+            self.evictable.remove(r)
             self.evictions += 1
         self.queue.sort(key=self.rank.__getitem__)
         self.queue_changed()
@@ -480,9 +487,15 @@ class _Greedy:
         size = dict(zip(waiting, lay.gpus[jobs].tolist()))
         foot, repacks_before = self.foot, self.foot.repacks
         demand_aware = self.cfg.demand_aware
-        if self.preempt:  # victims: preemptible jobs that started before t and run at t
-            self.running_now = [r for r in self.hard.running(t).tolist()
-                                if lay.preemptible[r]]
+        if self.preempt:
+            # Victims: preemptible jobs that started before t, run at t and
+            # have more left than their restore; one list per step (only an
+            # eviction changes it).
+            running = self.hard.running(t)
+            running = running[lay.preemptible[running]]
+            starts = self.hard.start[running]
+            left = starts + self.hard.lengths(running, starts) - t
+            self.evictable = running[left > lay.restart_cost[running]].tolist()
 
         def want(j: int):
             """The fit key's demand for j, computed when first asked."""
@@ -610,10 +623,14 @@ class _Greedy:
 
     # ---- main loop ----------------------------------------------------------------------------
     def run(self, window: int | None = None) -> Plan:
-        for t in range(self.lay.T if window is None else min(window, self.lay.T)):
+        """The plan of the steps before `window` (None: all), going on from
+        the steps an earlier call planned."""
+        end = self.lay.T if window is None else min(window, self.lay.T)
+        for t in range(self.now, end):
             if self.queue:
                 self.schedule_rigid(t)
             self.serve_elastic(t)
+        self.now = max(self.now, end)
         owner = owner_of(self.owner)
         info = {"repack_checks": self.foot.repacks}
         if self.preempt:
