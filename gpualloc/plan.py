@@ -76,38 +76,23 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     """The segments of every preemptible job in the (G, T) owner grid: where
     each starts, restores, progresses and is done. Two timesteps are in one
     segment when the job holds the same GPUs at both (same first GPU and
-    count: a segment whose GPUs are no block breaks rule 2 anyway)."""
-    s, owner = scenario, owner.cpu().long()
+    count: a segment whose GPUs are no block breaks rule 2 anyway). One
+    compiled pass (gpualloc.core.segments.read_segments; online, every
+    replan reads them)."""
+    from gpualloc.core.segments import read_segments
+
+    s = scenario
     J, T, G = s.J, s.T, s.G
-    busy = owner >= 0
-    j = owner[busy]
-    t = torch.arange(T).expand(G, T)[busy]
-    g = torch.arange(G)[:, None].expand(G, T)[busy]
-    key = j * T + t
-    first = torch.full((J * T,), G, dtype=torch.long).scatter_reduce(0, key, g, "amin")
-    last = torch.full((J * T,), -1, dtype=torch.long).scatter_reduce(0, key, g, "amax")
-    count = torch.bincount(key, minlength=J * T)
-    first, last, count = first.reshape(J, T), last.reshape(J, T), count.reshape(J, T)
-    pre = s.preemptible[:, None]
-    count = torch.where(pre, count, 0)
-    first, last = torch.where(pre, first, G), torch.where(pre, last, -1)
-    on = count > 0
-    same = torch.zeros_like(on)
-    same[:, 1:] = on[:, 1:] & on[:, :-1] & (first[:, 1:] == first[:, :-1]) \
-        & (count[:, 1:] == count[:, :-1])
-    new = on & ~same
-    index = torch.cumsum(new.long(), 1)  # segment number at t (1 = the first)
-    steps = torch.arange(T).expand(J, T)
-    seg_start = torch.cummax(torch.where(new, steps, -1), 1).values
-    restoring = on & (index > 1) & (steps - seg_start < s.restart_cost[:, None])
-    working = on & ~restoring
-    before = torch.cumsum(working.long(), 1) - working.long()  # progress before t
-    finished = before >= s.duration[:, None]
-    progress = working & ~finished
-    after_done = on & finished
-    done = progress.sum(1) >= s.duration
-    return Segments(first=first, last=last, count=count, new=new, restoring=restoring, progress=progress,
-                    after_done=after_done, done=done & s.preemptible)
+    grid = np.ascontiguousarray(owner.cpu().long().numpy())
+    first, last = np.full((J, T), G, dtype=np.int64), np.full((J, T), -1, dtype=np.int64)
+    count = np.zeros((J, T), dtype=np.int64)
+    new, restoring, progress, after_done = (np.zeros((J, T), dtype=np.bool_) for _ in range(4))
+    done = np.zeros(J, dtype=np.bool_)
+    read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(), s.duration.numpy(),
+                  first, last, count, new, restoring, progress, after_done, done)
+    out = [torch.from_numpy(a) for a in (first, last, count, new, restoring, progress,
+                                         after_done, done)]
+    return Segments(*out)
 
 
 def empty_owner(scenario: Scenario, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -142,6 +142,52 @@ def test_random_plans_agree_with_a_plain_count():
         assert seg.progress[0].nonzero().flatten().tolist() == expect, trial
 
 
+def _segments_reference(s, owner):
+    """plan.segments in plain torch, step by step as PROBLEM.md reads it (the
+    compiled pass is checked against it)."""
+    J, T, G = s.J, s.T, s.G
+    busy = owner >= 0
+    j = owner[busy]
+    t = torch.arange(T).expand(G, T)[busy]
+    g = torch.arange(G)[:, None].expand(G, T)[busy]
+    key = j * T + t
+    first = torch.full((J * T,), G, dtype=torch.long).scatter_reduce(0, key, g, "amin")
+    last = torch.full((J * T,), -1, dtype=torch.long).scatter_reduce(0, key, g, "amax")
+    count = torch.bincount(key, minlength=J * T)
+    first, last, count = first.reshape(J, T), last.reshape(J, T), count.reshape(J, T)
+    pre = s.preemptible[:, None]
+    count = torch.where(pre, count, 0)
+    first, last = torch.where(pre, first, G), torch.where(pre, last, -1)
+    on = count > 0
+    same = torch.zeros_like(on)
+    same[:, 1:] = on[:, 1:] & on[:, :-1] & (first[:, 1:] == first[:, :-1]) \
+        & (count[:, 1:] == count[:, :-1])
+    new = on & ~same
+    index = torch.cumsum(new.long(), 1)
+    steps = torch.arange(T).expand(J, T)
+    seg_start = torch.cummax(torch.where(new, steps, -1), 1).values
+    restoring = on & (index > 1) & (steps - seg_start < s.restart_cost[:, None])
+    working = on & ~restoring
+    before = torch.cumsum(working.long(), 1) - working.long()
+    finished = before >= s.duration[:, None]
+    progress = working & ~finished
+    return dict(first=first, last=last, count=count, new=new, restoring=restoring,
+                progress=progress, after_done=on & finished,
+                done=(progress.sum(1) >= s.duration) & s.preemptible)
+
+
+@given(scenarios(max_jobs=6, preemptible=True), st.data())
+@settings(max_examples=60)
+def test_segments_match_the_torch_reference_on_random_grids(s, data):
+    # Any grid, feasible or not: jobs moving GPUs, stopping, running past done.
+    cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
+                               max_size=s.G * s.T))
+    owner = torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+    seg, want = segments(s, owner), _segments_reference(s, owner)
+    for name, expected in want.items():
+        assert torch.equal(getattr(seg, name), expected), name
+
+
 # ---- the placement core ---------------------------------------------------------------
 
 def _cluster(jobs, horizon=12, nodes=1, gpn=4):

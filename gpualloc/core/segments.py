@@ -24,6 +24,41 @@ from gpualloc.scenario import Scenario
 
 
 @njit(cache=True)
+def read_segments(owner, preemptible, restart_cost, duration, first, last, count, new,
+                  restoring, progress, after_done, done):
+    """gpualloc.plan.segments' answers, written into its zeroed (J, T) arrays
+    (first: G, last: -1 to start with) and done (J,): one pass over the
+    (G, T) owner grid, then one over each preemptible job's steps."""
+    G, T = owner.shape
+    for g in range(G):
+        for t in range(T):
+            j = owner[g, t]
+            if j >= 0 and preemptible[j]:
+                first[j, t] = min(first[j, t], g)
+                last[j, t] = max(last[j, t], g)
+                count[j, t] += 1
+    for j in range(preemptible.shape[0]):
+        if not preemptible[j]:
+            continue
+        segment, start, made, progressed = 0, -1, 0, 0  # made: progress before t
+        for t in range(T):
+            if count[j, t] == 0:
+                continue
+            if not (t > 0 and count[j, t - 1] == count[j, t] and first[j, t - 1] == first[j, t]):
+                new[j, t] = True
+                segment += 1
+                start = t
+            restoring[j, t] = segment > 1 and t - start < restart_cost[j]
+            after_done[j, t] = made >= duration[j]
+            if not restoring[j, t]:
+                if made < duration[j]:
+                    progress[j, t] = True
+                    progressed += 1
+                made += 1
+        done[j] = progressed >= duration[j]
+
+
+@njit(cache=True)
 def _fill(owner, run, jobs, arrival, gpus, restart_cost, need, closed, last_end, last_first,
           job_class, class_ptr, class_blocks):
     """owner, run: (T, G) time-major plan and its free-run grid (run[t, g]:
