@@ -188,6 +188,29 @@ def test_segments_match_the_torch_reference_on_random_grids(s, data):
         assert torch.equal(getattr(seg, name), expected), name
 
 
+@given(scenarios(max_jobs=6, preemptible=True), st.data())
+@settings(max_examples=60)
+def test_cuts_are_read_job_by_job(s, data):
+    # core.segments.cuts_in against its definition: a running preemptible
+    # job is cut where the plan stops holding its fixed cells, from step 0 on.
+    from gpualloc.core.segments import cuts_in
+
+    def grid():
+        cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
+                                   max_size=s.G * s.T))
+        return torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+
+    s.fixed, plan = grid(), grid()
+    want = {}
+    for j in s.fixed.unique().tolist():
+        mine = s.fixed == j
+        kept = int(((plan == j) & mine).any(0).cumprod(0).sum())
+        if j >= 0 and s.jobs[j].preemptible and kept < int(mine.any(0).sum()) and kept + 1 < s.T:
+            want[j] = kept
+    assert cuts_in(s, plan) == want
+    assert list(cuts_in(s, plan)) == sorted(want)
+
+
 # ---- the placement core ---------------------------------------------------------------
 
 def _cluster(jobs, horizon=12, nodes=1, gpn=4):

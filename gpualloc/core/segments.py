@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from gpualloc.core import fixed_jobs, owner_of, priority_order, time_major
+from gpualloc.core import owner_of, priority_order, time_major
 from gpualloc.core.blocks import runs_of
 from gpualloc.core.layout import layout
 from gpualloc.plan import segments
@@ -131,10 +131,17 @@ def cuts_in(s: Scenario, plan: torch.Tensor) -> dict[int, int]:
     stops, and the step it stops each at (the form scenario.with_cuts takes)."""
     if s.fixed is None:
         return {}
+    fixed, plan = s.fixed.cpu().numpy(), plan.cpu().numpy()
+    g, t = np.nonzero(fixed >= 0)
+    j = fixed[g, t]
+    mine = np.zeros((s.J, s.T), dtype=np.bool_)  # steps of each one's current segment
+    mine[j, t] = True
+    kept = np.zeros((s.J, s.T), dtype=np.bool_)  # ... where the plan keeps it there
+    same = plan[g, t] == j
+    kept[j[same], t[same]] = True
+    kept_steps = np.cumprod(kept, axis=1).sum(1)  # from the first step on, unbroken
     out = {}
-    for j in fixed_jobs(s).nonzero()[0].tolist():
-        mine = s.fixed == j  # (G, T): the rest of its current segment
-        kept = int(((plan == j) & mine).any(0).cumprod(0).sum())
-        if s.jobs[j].preemptible and kept < int(mine.any(0).sum()) and kept + 1 < s.T:
-            out[j] = kept
+    for j in np.flatnonzero(mine.any(1) & s.preemptible.numpy()).tolist():
+        if kept_steps[j] < mine[j].sum() and kept_steps[j] + 1 < s.T:
+            out[j] = int(kept_steps[j])
     return out
