@@ -2,6 +2,7 @@
 checker's rule 2 for segments and the metrics that count them."""
 import re
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,6 +189,14 @@ def test_segments_match_the_torch_reference_on_random_grids(s, data):
         assert torch.equal(getattr(seg, name), expected), name
 
 
+def test_segments_refuse_a_cell_that_is_no_job():
+    s = _scenario()
+    owner = empty_owner(s)
+    owner[0, 0] = s.J
+    with pytest.raises(ValueError, match="job index below"):
+        segments(s, owner)
+
+
 @given(scenarios(max_jobs=6, preemptible=True), st.data())
 @settings(max_examples=60)
 def test_cuts_are_read_job_by_job(s, data):
@@ -301,8 +310,6 @@ def test_segments_fill_idle_blocks_and_only_add_value():
 
 
 def test_exact_refuses_preemptible_jobs():
-    import pytest
-
     from gpualloc.policies.exact import exact
     from gpualloc.scenario import ScenarioError
 
