@@ -84,15 +84,15 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     s = scenario
     J, T, G = s.J, s.T, s.G
     grid = np.ascontiguousarray(owner.cpu().long().numpy())
-    if grid.size and (grid.min() < IDLE or grid.max() >= J):  # the compiled pass indexes by them
-        raise ValueError(f"owner grid holds {int(grid.min())}..{int(grid.max())}, "
-                         f"not -1 (idle) or a job index below {J}")
     first, last = np.full((J, T), G, dtype=np.int64), np.full((J, T), -1, dtype=np.int64)
     count = np.zeros((J, T), dtype=np.int64)
     new, restoring, progress, after_done = (np.zeros((J, T), dtype=np.bool_) for _ in range(4))
     done = np.zeros(J, dtype=np.bool_)
-    read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(), s.duration.numpy(),
-                  first, last, count, new, restoring, progress, after_done, done)
+    bad = read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(), s.duration.numpy(),
+                        first, last, count, new, restoring, progress, after_done, done)
+    if bad:
+        raise ValueError(f"owner grid holds {bad} cells that are not -1 (idle) or a job "
+                         f"index below {J}")
     out = [torch.from_numpy(a) for a in (first, last, count, new, restoring, progress,
                                          after_done, done)]
     return Segments(*out)

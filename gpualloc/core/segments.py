@@ -28,15 +28,22 @@ def read_segments(owner, preemptible, restart_cost, duration, first, last, count
                   restoring, progress, after_done, done):
     """gpualloc.plan.segments' answers, written into its zeroed (J, T) arrays
     (first: G, last: -1 to start with) and done (J,): one pass over the
-    (G, T) owner grid, then one over each preemptible job's steps."""
+    (G, T) owner grid, then one over each preemptible job's steps. Returns
+    the cells that hold neither -1 nor a job index (with any, it stops there)."""
     G, T = owner.shape
+    J = preemptible.shape[0]
+    bad = 0
     for g in range(G):
         for t in range(T):
             j = owner[g, t]
-            if j >= 0 and preemptible[j]:
+            if j < -1 or j >= J:
+                bad += 1
+            elif j >= 0 and preemptible[j]:
                 first[j, t] = min(first[j, t], g)
                 last[j, t] = max(last[j, t], g)
                 count[j, t] += 1
+    if bad:
+        return bad
     for j in range(preemptible.shape[0]):
         if not preemptible[j]:
             continue
@@ -56,6 +63,7 @@ def read_segments(owner, preemptible, restart_cost, duration, first, last, count
                     progressed += 1
                 made += 1
         done[j] = progressed >= duration[j]
+    return 0
 
 
 @njit(cache=True)
