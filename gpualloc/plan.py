@@ -34,13 +34,18 @@ class Plan:
 
 
 def held(scenario: Scenario, owner: torch.Tensor) -> torch.Tensor:
-    """(J, T) int64: n_j(t), the GPUs job j holds at t in the (G, T) owner grid."""
-    owner = owner.cpu().long()
-    busy = owner >= 0
-    j = owner[busy]
-    t = torch.arange(scenario.T).expand(scenario.G, scenario.T)[busy]
-    return torch.bincount(j * scenario.T + t,
-                          minlength=scenario.J * scenario.T).reshape(scenario.J, scenario.T)
+    """(J, T) int64: n_j(t), the GPUs job j holds at t in the (G, T) owner grid.
+    One compiled pass (gpualloc.core.segments.count_held): every value of a
+    plan reads it, several times a replan online."""
+    from gpualloc.core.segments import count_held
+
+    grid = np.ascontiguousarray(owner.cpu().long().numpy())
+    count = np.zeros((scenario.J, scenario.T), dtype=np.int64)
+    bad = count_held(grid, count)
+    if bad:
+        raise ValueError(f"owner grid holds {bad} cells that are not -1 (idle) or a job "
+                         f"index below {scenario.J}")
+    return torch.from_numpy(count)
 
 
 @dataclass

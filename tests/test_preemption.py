@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpualloc.check import check
 from gpualloc.metrics import metrics, weighted_throughput
-from gpualloc.plan import empty_owner, segments
+from gpualloc.plan import empty_owner, held, segments
 from gpualloc.scenario import from_dict
 from gpualloc.policies import rivals
 from strategies import scenarios
@@ -187,6 +187,28 @@ def test_segments_match_the_torch_reference_on_random_grids(s, data):
     seg, want = segments(s, owner), _segments_reference(s, owner)
     for name, expected in want.items():
         assert torch.equal(getattr(seg, name), expected), name
+
+
+@given(scenarios(max_jobs=6, preemptible=True), st.data())
+@settings(max_examples=60)
+def test_held_counts_match_a_bincount_on_random_grids(s, data):
+    # plan.held is one compiled pass; its reference is the bincount it replaced.
+    cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
+                               max_size=s.G * s.T))
+    owner = torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+    busy = owner >= 0
+    t = torch.arange(s.T).expand(s.G, s.T)[busy]
+    want = torch.bincount(owner[busy] * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)
+    assert torch.equal(held(s, owner), want)
+
+
+def test_held_refuses_a_cell_that_is_no_job():
+    s = _scenario()
+    for bad in (s.J, -2):
+        owner = empty_owner(s)
+        owner[1, 2] = bad
+        with pytest.raises(ValueError, match="job index below"):
+            held(s, owner)
 
 
 def test_segments_refuse_a_cell_that_is_no_job():

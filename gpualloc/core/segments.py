@@ -67,6 +67,23 @@ def read_segments(owner, preemptible, restart_cost, duration, first, last, count
 
 
 @njit(cache=True)
+def count_held(owner, count):
+    """n_j(t) of the (G, T) owner grid, written into the zeroed (J, T)
+    `count`. Returns the cells that hold neither -1 nor a job index."""
+    G, T = owner.shape
+    J = count.shape[0]
+    bad = 0
+    for g in range(G):
+        for t in range(T):
+            j = owner[g, t]
+            if j < -1 or j >= J:
+                bad += 1
+            elif j >= 0:
+                count[j, t] += 1
+    return bad
+
+
+@njit(cache=True)
 def _fill(owner, run, jobs, arrival, gpus, restart_cost, need, closed, last_end, last_first,
           job_class, class_ptr, class_blocks):
     """owner, run: (T, G) time-major plan and its free-run grid (run[t, g]:
