@@ -103,28 +103,32 @@ def _better(s: Scenario, plan: Plan, plain) -> tuple[Plan, str]:
     return plan, "greedy"
 
 
-def running_cuts(s: Scenario, cfg: GreedyConfig) -> dict[int, int]:
-    """The running jobs (in `s.fixed`) that greedy's own way cuts (its
-    priority preemption), and the step each is cut at (core.segments.cuts_in).
-    Its plan is made only as far as those jobs' running segments reach: a
-    running job is cut inside its segment or not at all, and greedy decides
-    each step from the steps before it. Not weighed against the plain
-    backfill as greedy's whole plan is: online, the allocator asks this at
-    every replan with preemptible jobs and weighs each cut by its own
-    objective (measured: bench/results/online_guarantee_own_cuts.md)."""
+def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> dict[int, int]:
+    """The running jobs (in `s.fixed`) that greedy's plan of `s` cuts, and the
+    step each is cut at (core.segments.cuts_in), its whole plan made only
+    where it may cut: only its own way cuts (the plain backfill variant keeps
+    the fixed cells), only inside the running segments, and a running job is
+    first cut by a waiting one of higher priority (preempt_for). Its plan
+    of those steps is the first steps of its whole one. Online, the
+    allocator asks this at every replan with preemptible jobs."""
     if s.fixed is None or not cfg.preempt:
         return {}
     fixed, priority = fixed_jobs(s), s.priority.numpy()
     waiting = s.rigid.numpy() & ~s.unplaceable.numpy() & ~fixed
     if not waiting.any():
         return {}
-    # A running job is first cut by a waiting one of higher priority (preempt_for).
     victims = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
     victims[:-1] = fixed & s.preemptible.numpy() & (priority < priority[waiting].max())
     held = victims[s.fixed.numpy()].any(0)  # (T,) steps such a job holds
     if not held.any():
         return {}
-    return cuts_in(s, _Greedy(s, cfg).run(int(np.flatnonzero(held)[-1]) + 1).owner)
+    steps = int(np.flatnonzero(held)[-1]) + 1
+    planner = _Greedy(s, cfg)
+    if not cuts_in(s, planner.run(steps).owner):
+        return {}
+    plan = planner.run()  # the whole plan: these steps, then the rest
+    plain = rivals.get("backfill") if cfg.variants and rivals else None
+    return cuts_in(s, plan.owner if plain is None else _better(s, plan, plain)[0].owner)
 
 # ---- greedy's own fit key, compiled ---------------------------------------------------------
 

@@ -235,7 +235,7 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
     """Segments where they pay: the plan of whole runs; greedy's plan with
     priority preemption (where greedy's plan competes: cfg.start_from_greedy,
     off online, where greedy's plan of a view wins it too often and loses
-    the executed plan); and, where greedy's own way cuts jobs that run now (online:
+    the executed plan); and, where greedy cuts jobs that run now (online:
     preemptible jobs in the fixed cells), the allocator's own plan after
     those cuts, and after each one alone. Each gets the remaining work of
     preemptible jobs run in its idle blocks (gpualloc.core.segments); the
@@ -248,7 +248,7 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
         preemptive = rivals["greedy"](s).owner
         options["greedy's preemption"] = preemptive
         cuts = cuts_in(s, preemptive)
-    elif "greedy_cuts" in rivals:  # greedy's own way's cuts, its plan made only that far
+    elif "greedy_cuts" in rivals:  # greedy's cuts alone, made whole only where it may cut
         cuts = rivals["greedy_cuts"](s)
     if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
         options["greedy's cuts"] = _after_cuts(s, cuts, cfg, rivals)
