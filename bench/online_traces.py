@@ -45,6 +45,7 @@ TRACES = ROOT / "bench" / "traces"
 WINDOWS = {
     "openb_118d_64": "tuning",
     "openb_125d_64": "held-out",
+    "openb_141d_64": "held-out",
     "openb_dlrm_127d_32": "held-out",
     "openb_dlrm_127d_14d_128": "held-out (speed)",
 }

@@ -49,6 +49,7 @@ QOS = {"Guaranteed": ("training", 8), "Burstable": ("training", 5), "BE": ("batc
 WINDOWS = {
     "openb_118d_64": dict(kind="alibaba", start=118, days=7, gpus=64, role="tuning"),
     "openb_125d_64": dict(kind="alibaba", start=125, days=7, gpus=64, role="held-out"),
+    "openb_141d_64": dict(kind="alibaba", start=141, days=7, gpus=64, role="held-out"),
     "openb_dlrm_127d_32": dict(kind="csv", start=127, days=7, gpus=32, dlrm_start=7,
                                services={"app_89": 9, "app_114": 10, "app_27": 11},
                                role="held-out"),
