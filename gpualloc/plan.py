@@ -41,11 +41,16 @@ def held(scenario: Scenario, owner: torch.Tensor) -> torch.Tensor:
 
     grid = np.ascontiguousarray(owner.cpu().long().numpy())
     count = np.zeros((scenario.J, scenario.T), dtype=np.int64)
-    bad = count_held(grid, count)
+    _refuse_cells(count_held(grid, count), scenario.J)
+    return torch.from_numpy(count)
+
+
+def _refuse_cells(bad: int, J: int) -> None:
+    """The compiled readers index by the grid's cells: they count the cells
+    that are no job (-1 is idle) instead, and this refuses them."""
     if bad:
         raise ValueError(f"owner grid holds {bad} cells that are not -1 (idle) or a job "
-                         f"index below {scenario.J}")
-    return torch.from_numpy(count)
+                         f"index below {J}")
 
 
 @dataclass
@@ -93,11 +98,9 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     count = np.zeros((J, T), dtype=np.int64)
     new, restoring, progress, after_done = (np.zeros((J, T), dtype=np.bool_) for _ in range(4))
     done = np.zeros(J, dtype=np.bool_)
-    bad = read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(), s.duration.numpy(),
-                        first, last, count, new, restoring, progress, after_done, done)
-    if bad:
-        raise ValueError(f"owner grid holds {bad} cells that are not -1 (idle) or a job "
-                         f"index below {J}")
+    _refuse_cells(read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(),
+                                s.duration.numpy(), first, last, count, new, restoring, progress,
+                                after_done, done), J)
     out = [torch.from_numpy(a) for a in (first, last, count, new, restoring, progress,
                                          after_done, done)]
     return Segments(*out)
