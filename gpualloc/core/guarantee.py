@@ -69,31 +69,32 @@ def footprint(s: Scenario, strict: bool = True) -> np.ndarray:
         jobs.sort(key=lambda j: (-lay.gpus[j], compat_gpus[j], -lay.priority[j], j))
         free = owner == IDLE
         served = fill_elastic(lay, free, owner, jobs, need[jobs], high=True)  # (E, T)
-        for t in np.nonzero((served < need[jobs]).any(0))[0].tolist():
-            _settle(s, owner, jobs, need[jobs, t], t, strict)
+        short = np.flatnonzero((served < need[jobs]).any(0))
+        if len(short):
+            _settle(s, owner, jobs, need[jobs][:, short], short, strict)
     s.__dict__[key] = owner
     return owner
 
 
-def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray, t: int,
-            strict: bool) -> None:
-    """First fit left a service short at t: search every packing of the
-    timestep's guaranteed replicas; write it, or name the first service short."""
+def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,
+            steps: np.ndarray, strict: bool) -> None:
+    """First fit left a service short at `steps` (S,): at each, search every
+    packing of the step's guaranteed replicas `need` (E, S) and write it; or
+    name the first service short (`strict`), or leave first fit's packing."""
     lay = layout(s)
-    column = owner[t].copy()
-    placed = np.isin(column, jobs)
-    column[placed] = IDLE
-    free = column == IDLE
-    replicas = [j for j, n in zip(jobs, need.tolist()) for _ in range(n)]
-    found = _search(lay, free, replicas, SEARCH_STEPS if strict else AIM_STEPS)
-    if found is not None:
-        column[free] = IDLE
-        for j, b in zip(replicas, found):
-            column[b:b + lay.gpus[j]] = j
-        owner[t] = column
-        return
-    if not strict:
-        return  # first fit's partial packing stays: what fits, fits
+    order = np.asarray(sorted(range(len(jobs)), key=lambda e: (-lay.gpus[jobs[e]], jobs[e])))
+    guaranteed = np.zeros(lay.J, dtype=np.bool_)
+    guaranteed[jobs] = True
+    found = np.zeros(len(steps), dtype=np.bool_)
+    _settle_steps(owner, steps.astype(np.int64), np.asarray(jobs, dtype=np.int64)[order],
+                  need[order].astype(np.int64), guaranteed, lay.gpus, lay.job_class,
+                  lay.class_ptr, lay.class_blocks, lay.pool_ok, lay.gpu_pool,
+                  SEARCH_STEPS if strict else AIM_STEPS, found)
+    if not strict or found.all():
+        return  # not strict: first fit's partial packing stays where none was found
+    i = int(np.argmin(found))
+    t, need = int(steps[i]), need[:, i]
+    free = (owner[t] == IDLE) | guaranteed[owner[t]]
     short = next(j for j, n in zip(jobs, need.tolist())
                  if (owner[t] == j).sum() // lay.gpus[j] < n)
     n = int(need[jobs.index(short)])
@@ -110,40 +111,117 @@ def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray, t
         + " (lower min_served, or plan without it)")
 
 
+@njit(cache=True)
+def _settle_steps(owner, steps, jobs, need, guaranteed, gpus, job_class, class_ptr,
+                  class_blocks, pool_ok, gpu_pool, budget, found):
+    """At each step t = steps[i]: the guaranteed services' cells of owner[t]
+    freed and `need[:, i]` replicas of each of `jobs` (larger replicas
+    first, then job index) packed there by `_place`; owner[t] rewritten
+    where a packing is found (found[i]), left as it is where not."""
+    G = owner.shape[1]
+    for i in range(steps.shape[0]):
+        t = steps[i]
+        free = np.empty(G, dtype=np.bool_)
+        for g in range(G):
+            free[g] = owner[t, g] == -1 or guaranteed[owner[t, g]]
+        N = 0
+        for e in range(jobs.shape[0]):
+            N += need[e, i]
+        replica = np.empty(N, dtype=np.int64)
+        n = 0
+        for e in range(jobs.shape[0]):
+            for _ in range(need[e, i]):
+                replica[n] = jobs[e]
+                n += 1
+        chosen = np.zeros(N, dtype=np.int64)
+        if not _place(free, replica, gpus, job_class, class_ptr, class_blocks, pool_ok,
+                      gpu_pool, budget, chosen):
+            continue
+        found[i] = True
+        for g in range(G):
+            if free[g]:
+                owner[t, g] = -1
+        for n in range(N):
+            for g in range(chosen[n], chosen[n] + gpus[replica[n]]):
+                owner[t, g] = replica[n]
+
+
 def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int] | None:
     """Blocks (first GPUs) for every replica inside the free GPUs, or None
-    when there is none (or the search gave up after `budget` tries).
-    Replicas of one job take blocks in increasing order (they are alike)."""
+    when there is none (or the search gave up after `budget` tries)."""
     if not replicas:
         return []
-    # Replicas hold disjoint GPUs: more than are free, or than a service's
-    # compatible free GPUs, never pack. Online, around committed cells, that
-    # is nearly every search, and each would spend its whole budget.
-    count = np.bincount(np.asarray(replicas, dtype=np.int64), minlength=lay.J)
-    jobs = np.flatnonzero(count)
-    wanted = count[jobs] * lay.gpus[jobs]
-    compatible = (lay.pool_ok[jobs][:, lay.gpu_pool] & free).sum(1)
-    if wanted.sum() > free.sum() or (wanted > compatible).any():
+    replica = np.asarray(replicas, dtype=np.int64)
+    order = np.lexsort((replica, -lay.gpus[replica]))  # stable: larger first, then job
+    chosen = np.zeros(len(replicas), dtype=np.int64)
+    if not _place(free, replica[order], lay.gpus, lay.job_class, lay.class_ptr,
+                  lay.class_blocks, lay.pool_ok, lay.gpu_pool, budget, chosen):
         return None
-    order = sorted(range(len(replicas)), key=lambda i: (-lay.gpus[replicas[i]], replicas[i]))
-    free_cs = np.concatenate([[0], np.cumsum(free)])  # (G + 1,) free GPUs below each
-    cand = {}  # job -> (B,) its blocks whose GPUs are all free, in order
-    for j in jobs.tolist():
-        b, k = lay.blocks(j), int(lay.gpus[j])
-        cand[j] = b[free_cs[b + k] - free_cs[b] == k]
-    # The packing in `order`, each replica's candidates a slice of one array.
-    job = [replicas[i] for i in order]
-    sizes = lay.gpus[job].astype(np.int64)
-    same = np.array([n > 0 and job[n - 1] == j for n, j in enumerate(job)], dtype=np.bool_)
-    bounds = np.cumsum([0] + [len(cand[j]) for j in job]).astype(np.int64)
-    flat = np.concatenate([cand[j] for j in job]).astype(np.int64)
-    chosen = np.zeros(len(job), dtype=np.int64)
-    if not _pack(sizes, same, bounds, flat, ~free, budget, chosen):
-        return None
-    out = [0] * len(replicas)
-    for n, i in enumerate(order):
-        out[i] = int(chosen[n])
-    return out
+    out = np.empty_like(chosen)
+    out[order] = chosen
+    return out.tolist()
+
+
+@njit(cache=True)
+def _place(free, replica, gpus, job_class, class_ptr, class_blocks, pool_ok, gpu_pool,
+           budget, chosen):
+    """Blocks chosen[n] inside the `free` GPUs (G,) for every replica, of job
+    replica[n] (larger replicas first, a job's replicas together); False
+    when there is none or `_pack` gave up after `budget` tries.
+    Replicas hold disjoint GPUs: more than are free, or than a service's
+    compatible free GPUs, never pack. Online, around committed cells, that
+    is nearly every search, and each would spend its whole budget."""
+    N, G = replica.shape[0], free.shape[0]
+    n_free = 0
+    for g in range(G):
+        n_free += free[g]
+    wanted_all = 0
+    n = 0
+    while n < N:
+        j, m = replica[n], n
+        while m < N and replica[m] == j:
+            m += 1
+        wanted = (m - n) * gpus[j]
+        compatible = 0
+        for g in range(G):
+            if free[g] and pool_ok[j, gpu_pool[g]]:
+                compatible += 1
+        if wanted > compatible:
+            return False
+        wanted_all += wanted
+        n = m
+    if wanted_all > n_free:
+        return False
+    free_cs = np.zeros(G + 1, dtype=np.int64)  # free GPUs below each
+    for g in range(G):
+        free_cs[g + 1] = free_cs[g] + free[g]
+    # Each replica's candidates (its class's blocks whose GPUs are all
+    # free), a slice of one array.
+    bounds = np.zeros(N + 1, dtype=np.int64)
+    for n in range(N):
+        j = replica[n]
+        k, c = gpus[j], job_class[j]
+        count = 0
+        for x in range(class_ptr[c], class_ptr[c + 1]):
+            b = class_blocks[x]
+            count += free_cs[b + k] - free_cs[b] == k
+        bounds[n + 1] = bounds[n] + count
+    flat = np.empty(bounds[N], dtype=np.int64)
+    sizes = np.empty(N, dtype=np.int64)
+    same = np.zeros(N, dtype=np.bool_)
+    for n in range(N):
+        j = replica[n]
+        k, c = gpus[j], job_class[j]
+        sizes[n] = k
+        same[n] = n > 0 and replica[n - 1] == j
+        y = bounds[n]
+        for x in range(class_ptr[c], class_ptr[c + 1]):
+            b = class_blocks[x]
+            if free_cs[b + k] - free_cs[b] == k:
+                flat[y] = b
+                y += 1
+    taken = ~free
+    return _pack(sizes, same, bounds, flat, taken, budget, chosen)
 
 
 @njit(cache=True)
