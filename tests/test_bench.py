@@ -151,3 +151,18 @@ def test_online_settings_table_compares_each_setting_with_the_first():
                    "settings": [("base", []), ("r30", ["online.relax_iterations=30"])]})
     assert "| mixed | 6 | 0-1 | 300 | 0/0 | 4.0 | 320 (x1.0667) | 1/1 | 2.0 (x0.50) |" in md
     assert "`r30` value x1.0667, below/above on 1/1 runs, wall x0.50." in md
+
+
+def test_online_information_tables_divide_each_run_by_its_own_offline_plan():
+    from bench.online_information import LEVELS, markdown
+
+    rows = []
+    for seed, (g, a) in enumerate([(100.0, 110.0), (100.0, 90.0)]):
+        for policy, offline in (("greedy", g), ("allocator", a)):
+            rows.append({"scenario": "mixed", "seed": seed, "policy": policy,
+                         "offline": offline, **{k: offline / 2 for k in LEVELS}})
+    md = markdown({"rows": rows, "scenarios": ["mixed"], "replan_every": 6, "commit": "c",
+                   "date": "d", "machine": {"cpu": "x", "cores": 2}, "command": "cmd"})
+    assert "| mixed | allocator | x0.5000 | x0.5000 | x0.5000 | x0.5000 |" in md
+    # allocator / greedy online: 55 / 50 and 45 / 50, one run below
+    assert "| both | 2 | x0.9950 | x0.9000 | 1 | x0.5000, x0.5000 |" in md

@@ -183,6 +183,44 @@ def test_oracle_reads_the_future_and_the_test_sees_it():
     assert views_c[0][1].jobs[0].demand == [1, 1, 1, 1, 1, 1]  # persistence of the present
 
 
+def test_oracle_arrivals_are_seen_early_and_start_no_sooner():
+    # online.arrivals=oracle: a yardstick for predicting arrivals. At t=0 on
+    # one GPU a long low-priority job has arrived and a short urgent one
+    # comes at t=1. Knowing only the present, the long job starts at once
+    # and the urgent one waits past the horizon; knowing the arrival, the
+    # allocator keeps the GPU for it, as its offline plan does.
+    doc = {"name": "a", "horizon": 10, "step_minutes": 60,
+           "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 1,
+                                  "gpu_type": "H", "memory_gb": 80}]},
+           "jobs": [{"id": "long", "kind": "training", "priority": 1, "arrival": 0,
+                     "gpus": 1, "duration": 10},
+                    {"id": "urgent", "kind": "training", "priority": 10, "arrival": 1,
+                     "gpus": 1, "duration": 5}]}
+    s = from_dict(doc)
+    value = {}
+    for arrivals in ("none", "oracle"):
+        plan, views = run_online(s, "last_day", 1, policy=POLICIES["allocator"],
+                                 arrivals=arrivals)
+        assert check(s, plan.owner).ok
+        tau, v, index = views[0]
+        assert tau == 0 and [s.jobs[j].id for j in index] == (
+            ["long"] if arrivals == "none" else ["long", "urgent"])
+        if arrivals == "oracle":
+            assert [k.arrival for k in v.jobs] == [0, 1]  # in the view's time, from its t
+        value[arrivals] = float((s.priority[plan.owner[plan.owner >= 0]]).sum())
+    offline = run_policy("allocator", s, RunConfig(), "cpu").owner
+    assert value["none"] == 10 and value["oracle"] == 54
+    assert value["oracle"] == float((s.priority[offline[offline >= 0]]).sum())
+
+
+@given(scenario_docs(max_horizon=12), st.integers(1, 3))
+def test_oracle_arrivals_plans_are_feasible(doc, every):
+    s = from_dict(doc)
+    for policy in REPLANNING:
+        plan, _ = run_online(s, "last_day", every, policy=POLICIES[policy], arrivals="oracle")
+        assert check(s, plan.owner).ok, policy
+
+
 def observed(demand, arrival=0):
     tau = len(demand) - 1
     jobs = [Job(id="rt", kind="realtime_inference", priority=9, arrival=arrival, gpus=1,

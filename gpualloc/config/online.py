@@ -41,10 +41,13 @@ class OnlineConfig:
     not cut, but online what it postpones competes with jobs not yet known,
     so a GPU-step now is worth more than one later (bench/results/online_cause.md)."""
     arrivals: str = "none"
-    """none | history: with history, each replan also plans placeholder jobs
-    for the rigid work it expects to arrive (rates, sizes, durations and
-    priorities per kind from the jobs seen so far, by time of day); they hold
-    capacity in the plan and are never run."""
+    """none | history | oracle: with history, each replan also plans
+    placeholder jobs for the rigid work it expects to arrive (rates, sizes,
+    durations and priorities per kind from the jobs seen so far, by time of
+    day); they hold capacity in the plan and are never run. oracle: every
+    rigid job is known from the start, each starting no sooner than its
+    arrival (the true future, a yardstick as forecast=oracle is for demand:
+    what predicting arrivals could gain at most)."""
     replan_on_arrival: str = "light"
     """none | light | full: at a step between two replans where a rigid job
     arrives, the policy plans again from what is known then, and the window

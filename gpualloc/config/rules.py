@@ -10,7 +10,7 @@ from typing import Any
 DEVICES = ("auto", "cpu", "cuda")
 MODES = ("offline", "online")
 FORECASTS = ("oracle", "last_day", "ewma")
-ARRIVALS = ("none", "history")
+ARRIVALS = ("none", "history", "oracle")
 ARRIVAL_REPLANS = ("none", "light", "full")
 ROUNDINGS = ("relaxed", "priority", "best")
 GRIDS = ("auto", "dense", "packed")

@@ -1,6 +1,6 @@
 """What the planner may know at tau: the jobs arrived by then (demand cut
-after tau), the forecast of real-time demand, the arrivals expected from
-history."""
+after tau; with online.arrivals=oracle, every rigid job), the forecast of
+real-time demand, the arrivals expected from history."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -19,7 +19,8 @@ class Observation:
 
     tau: int
     jobs: list[int]
-    """Scenario indices of the jobs arrived by tau, in scenario order."""
+    """Scenario indices of the jobs known at tau (arrived by then, or every
+    rigid job: `visible`), in scenario order."""
     known: list[Job]
     """Those jobs, each an own copy with its demand cut after tau."""
     history: torch.Tensor
@@ -27,10 +28,11 @@ class Observation:
     (in their order), zero before arrival."""
 
 
-def visible(s: Scenario, tau: int) -> Observation:
+def visible(s: Scenario, tau: int, arrivals_known: bool = False) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
-    for the planner."""
-    arrived = torch.nonzero(s.arrival <= tau).flatten()
+    for the planner. `arrivals_known` (online.arrivals=oracle): the rigid
+    jobs still to arrive too."""
+    arrived = torch.nonzero((s.arrival <= tau) | (s.rigid & arrivals_known)).flatten()
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
     elastic = torch.nonzero(~s.rigid[arrived]).flatten()

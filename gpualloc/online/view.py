@@ -64,6 +64,9 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
                 continue  # finished
             jobs.append(copy_job(k, arrival=0, duration=min(end, horizon) - tau))
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
+        elif k.arrival > tau:  # known before it arrives (online.arrivals=oracle)
+            after = k.arrival - tau
+            jobs.append(copy_job(k, arrival=after, duration=min(k.duration, T - after)))
         else:
             # Cut at the view's end: the same cells and value (PROBLEM.md cuts runs at T).
             # With thousands waiting, the copies were a tenth of a view (issue 28):
@@ -84,7 +87,7 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
         index.append(IDLE)  # a placeholder: no scenario job behind it
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
                  jobs=jobs, fixed=fixed)
-    # Scenario.demand from the rows at once, not job by job (every arrival is 0).
+    # Scenario.demand from the rows at once, not job by job (every service arrives at 0).
     demand = torch.zeros(len(jobs), T, dtype=torch.long)
     demand[services] = rows
     v.__dict__["demand"] = demand
@@ -94,13 +97,14 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
             period: int | None = None, headroom: float = 0.0,
             copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
-    """The view of `s` a plan made at t sees: what is known then, the forecast
+    """The view of `s` a plan made at t sees: what is known then (with
+    online.arrivals=oracle, the rigid jobs still to arrive too), the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
     with `headroom`, guaranteed services' forecast raised by that share
     (rounded up); `copies`, as `view` says. Returns the view and its jobs'
     scenario indices (`view`)."""
-    obs = visible(s, t)
+    obs = visible(s, t, o.arrivals == "oracle")
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
