@@ -47,7 +47,7 @@ class OnlineConfig:
     day); they hold capacity in the plan and are never run. oracle: every
     rigid job is known from the start, each starting no sooner than its
     arrival (the true future, a yardstick as forecast=oracle is for demand:
-    what predicting arrivals could gain at most)."""
+    how much predicting arrivals could gain)."""
     replan_on_arrival: str = "light"
     """none | light | full: at a step between two replans where a rigid job
     arrives, the policy plans again from what is known then, and the window
