@@ -4,6 +4,7 @@ and with the rigid jobs known at their arrival or all from the start
 (`online.arrivals=oracle`), against their own offline plans.
 
     python -m bench.online_information --seeds 0 1 2 3 4 5 --out bench/results/online_information
+    python -m bench.online_information --scenarios --windows openb_118d_64 --out /tmp/w
 
 An offline plan knows everything; an online one only the past. Where the
 allocator online with both oracles reaches its offline value, what it loses
@@ -18,9 +19,10 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench.common import ROOT, provenance, write_results
-from bench.online_traces import CONTENDED, warm_up
+from bench.online_traces import CONTENDED, WINDOWS, cases, warm_up
 
 LEVELS = {  # name -> (online.forecast, online.arrivals)
     "forecast": ("last_day", "none"),
@@ -31,25 +33,28 @@ LEVELS = {  # name -> (online.forecast, online.arrivals)
 POLICIES = ("greedy", "allocator")
 
 
-def measure(scenarios: list[str], seeds: list[int], every: int) -> list[dict]:
+def measure(scenarios: list[str], seeds: list[int], windows: list[str],
+            every: int) -> list[dict]:
+    """One row per case (the seven's scenarios by seed, bench/traces/ windows
+    at seed 0) and policy."""
     import gpualloc as ga
 
     warm_up()
     rows = []
-    for name in scenarios:
-        for seed in seeds:
-            s = ga.generate(name, seed=seed)
-            for policy in POLICIES:
-                row = {"scenario": name, "seed": seed, "policy": policy,
-                       "offline": ga.metrics(s, ga.plan(s, policy, seed=seed))[
-                           "weighted_throughput"]}
-                for level, (forecast, arrivals) in LEVELS.items():
-                    p = ga.plan(s, policy, seed=seed, mode="online",
-                                online={"replan_every": every, "forecast": forecast,
-                                        "arrivals": arrivals})
-                    row[level] = ga.metrics(s, p)["weighted_throughput"]
-                rows.append(row)
-                print(row, flush=True)
+    where = SimpleNamespace(only="all", windows=windows, generated=[], scenarios=scenarios,
+                            seeds=seeds)
+    for _, name, seed, make in cases(where):
+        s = make()
+        for policy in POLICIES:
+            row = {"scenario": name, "seed": seed, "policy": policy,
+                   "offline": ga.metrics(s, ga.plan(s, policy, seed=seed))["weighted_throughput"]}
+            for level, (forecast, arrivals) in LEVELS.items():
+                p = ga.plan(s, policy, seed=seed, mode="online",
+                            online={"replan_every": every, "forecast": forecast,
+                                    "arrivals": arrivals})
+                row[level] = ga.metrics(s, p)["weighted_throughput"]
+            rows.append(row)
+            print(row, flush=True)
     return rows
 
 
@@ -60,8 +65,9 @@ def _geo(values: list[float]) -> float:
 def markdown(result: dict) -> str:
     rows = result["rows"]
     runs = {(r["scenario"], r["seed"], r["policy"]): r for r in rows}
+    names = list(dict.fromkeys(r["scenario"] for r in rows))  # in the order they ran
     cases = sorted({(r["scenario"], r["seed"]) for r in rows},
-                   key=lambda c: (result["scenarios"].index(c[0]), c[1]))
+                   key=lambda c: (names.index(c[0]), c[1]))
     levels = list(LEVELS)
     lines = ["# What information is worth online", "",
              f"Commit {result['commit']}, {result['date']}; machine: {result['machine']['cpu']}, "
@@ -71,10 +77,11 @@ def markdown(result: dict) -> str:
                          for k, (f, a) in LEVELS.items())
              + ". Value: weighted throughput (PROBLEM.md).", "",
              "## Online against the policy's own offline plan", "",
-             "Geometric mean over seeds of online / offline, per scenario.", "",
+             "Geometric mean over seeds of online / offline, per scenario (a window: "
+             "its one run).", "",
              "| scenario | policy | " + " | ".join(levels) + " |",
              "|---|---|" + "---|" * len(levels)]
-    for name in result["scenarios"]:
+    for name in names:
         mine = [c for c in cases if c[0] == name]
         for policy in POLICIES:
             own = [runs[c + (policy,)] for c in mine]
@@ -96,15 +103,17 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", nargs="+", default=CONTENDED)
+    ap.add_argument("--scenarios", nargs="*", default=CONTENDED)
+    ap.add_argument("--windows", nargs="*", default=[], choices=list(WINDOWS),
+                    help="bench/traces/ windows too (seed 0)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--replan-every", type=int, default=6)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "online_information",
                     help="writes OUT.md and OUT.json")
     args = ap.parse_args(argv)
-    result = {"scenarios": args.scenarios, "seeds": args.seeds,
+    result = {"scenarios": args.scenarios, "seeds": args.seeds, "windows": args.windows,
               "replan_every": args.replan_every,
-              "rows": measure(args.scenarios, args.seeds, args.replan_every),
+              "rows": measure(args.scenarios, args.seeds, args.windows, args.replan_every),
               **provenance("bench.online_information", argv)}
     write_results(args.out.parent, args.out.name, result, markdown(result))
     return 0
