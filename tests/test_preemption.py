@@ -177,13 +177,18 @@ def _segments_reference(s, owner):
                 done=(progress.sum(1) >= s.duration) & s.preemptible)
 
 
+def _random_grid(s, data) -> torch.Tensor:
+    """(G, T) any cells from -1 to J - 1, feasible or not."""
+    cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
+                               max_size=s.G * s.T))
+    return torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+
+
 @given(scenarios(max_jobs=6, preemptible=True), st.data())
 @settings(max_examples=60)
 def test_segments_match_the_torch_reference_on_random_grids(s, data):
     # Any grid, feasible or not: jobs moving GPUs, stopping, running past done.
-    cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
-                               max_size=s.G * s.T))
-    owner = torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+    owner = _random_grid(s, data)
     seg, want = segments(s, owner), _segments_reference(s, owner)
     for name, expected in want.items():
         assert torch.equal(getattr(seg, name), expected), name
@@ -193,9 +198,7 @@ def test_segments_match_the_torch_reference_on_random_grids(s, data):
 @settings(max_examples=60)
 def test_held_counts_match_a_bincount_on_random_grids(s, data):
     # plan.held is one compiled pass; its reference is the bincount it replaced.
-    cells = data.draw(st.lists(st.integers(-1, s.J - 1), min_size=s.G * s.T,
-                               max_size=s.G * s.T))
-    owner = torch.tensor(cells, dtype=torch.long).reshape(s.G, s.T)
+    owner = _random_grid(s, data)
     busy = owner >= 0
     t = torch.arange(s.T).expand(s.G, s.T)[busy]
     want = torch.bincount(owner[busy] * s.T + t, minlength=s.J * s.T).reshape(s.J, s.T)

@@ -32,7 +32,10 @@ def visible(s: Scenario, tau: int, arrivals_known: bool = False) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner. `arrivals_known` (online.arrivals=oracle): the rigid
     jobs still to arrive too."""
-    arrived = torch.nonzero((s.arrival <= tau) | (s.rigid & arrivals_known)).flatten()
+    seen = s.arrival <= tau
+    if arrivals_known:
+        seen = seen | s.rigid
+    arrived = torch.nonzero(seen).flatten()
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
     elastic = torch.nonzero(~s.rigid[arrived]).flatten()
