@@ -50,7 +50,7 @@ def measure(seeds: list[int], share: float) -> list[dict]:
             for setting, s in settings:
                 for policy in POLICY_ORDER:
                     start = time.perf_counter()
-                    owner = POLICIES[policy](s, cfg, cpu).owner
+                    owner = POLICIES[policy].offline(s, cfg, cpu).owner
                     wall = time.perf_counter() - start
                     verdict = check(s, owner)
                     assert verdict.ok_but_guarantee if policy == "fifo" else verdict.ok, (

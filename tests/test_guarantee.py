@@ -149,9 +149,31 @@ def test_every_policy_meets_rule_4_or_the_run_says_it_is_impossible(d):
         return
     assert possible
     for name in ("greedy", "allocator"):
-        owner = POLICIES[name](s, cfg, torch.device("cpu")).owner
-        verdict = check(s, owner)
+        placed_first = POLICIES[name](s, cfg, torch.device("cpu")).owner
+        verdict = check(s, placed_first)
         assert verdict.ok, (name, str(verdict))
+        owner = POLICIES[name].offline(s, cfg, torch.device("cpu")).owner
+        assert check(s, owner).ok, name
+        value = metrics(s, owner)["weighted_throughput"]
+        assert value >= metrics(s, placed_first)["weighted_throughput"], name
+
+
+def test_a_plan_without_the_replicas_placed_first_is_kept_where_it_meets_rule_4():
+    # Found by a search of random scenarios: a's guaranteed replica placed
+    # first (2 GPUs) takes the 80 GB GPUs that only b's replicas can use.
+    d = doc([service("b", [2, 0, 3, 3, 0], gpus=2, priority=8, min_served=0, min_memory_gb=80),
+             service("a", [3, 3, 3, 1, 3], gpus=2, priority=8, min_served=0.25)], horizon=5)
+    d["cluster"]["pools"] = [{"name": f"p{i}", "count": 2, "gpus_per_node": 1, "gpu_type": "B",
+                              "memory_gb": memory} for i, memory in enumerate((40, 80))]
+    s = from_dict(d)
+    cfg = composed("+scenario=file", "solver.progress=false")
+    cpu = torch.device("cpu")
+    placed_first = POLICIES["greedy"](s, cfg, cpu)
+    plan = POLICIES["greedy"].offline(s, cfg, cpu)
+    assert check(s, plan.owner).ok
+    assert metrics(s, placed_first.owner)["weighted_throughput"] == 144
+    assert metrics(s, plan.owner)["weighted_throughput"] == 160
+    assert plan.info["guarantee"]["kept"] == "not placed first"
 
 
 @given(guaranteed_docs())

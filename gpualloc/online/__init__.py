@@ -118,5 +118,5 @@ def run_policy(name: str, s: Scenario, cfg: RunConfig, device: torch.device) -> 
     """The registry policy `name` on `s`, offline or online as `cfg.mode` says
     (`cfg`'s settings are checked where they are defined: gpualloc.config)."""
     if cfg.mode == "offline" or POLICIES[name].online_by_nature:
-        return POLICIES[name](s, cfg, device)
+        return POLICIES[name].offline(s, cfg, device)
     return online(s, POLICIES[name], cfg, device, name=name)

@@ -38,6 +38,26 @@ class Policy:
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
 
+    def offline(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
+        """Its plan of `s`, offline. Under rule 4 a policy plans around the
+        guaranteed replicas placed first (core.guarantee), and where that
+        placement splits the free GPUs it costs rigid work; so its plan of
+        `s` without the guarantee is made too, and kept where it meets rule 4
+        all the same and is worth more (Plan.info["guarantee"] says which)."""
+        plan = self(s, cfg, device)
+        if not self.keeps_guarantee or not bool((s.min_served > 0).any()):
+            return plan
+        from gpualloc.check import check
+        from gpualloc.objective import weighted_throughput
+        from gpualloc.scenario.edit import without_guarantee
+        free = self(without_guarantee(s), cfg, device)
+        placed, unplaced = (weighted_throughput(s, x.owner) for x in (plan, free))
+        keep = unplaced > placed and check(s, free.owner).ok
+        (free if keep else plan).info["guarantee"] = {
+            "replicas placed first": placed, "not placed first": unplaced,
+            "kept": "not placed first" if keep else "replicas placed first"}
+        return free if keep else plan
+
 
 def rivals(device: torch.device | str = "cpu") -> Rivals:
     """The plans other policies are weighed against, default settings each:

@@ -21,6 +21,13 @@ def with_min_served(s: Scenario, share: float) -> Scenario:
     return from_dict(doc)
 
 
+def without_guarantee(s: Scenario) -> Scenario:
+    """`s` with no service guaranteed (rule 4 off), its fixed cells kept."""
+    out = with_min_served(s, 0.0)
+    out.fixed = s.fixed
+    return out
+
+
 def with_preemption(s: Scenario, kinds: list[str] | None, restart_cost: int | None) -> Scenario:
     """`kinds`: exactly the rigid jobs of these kinds are preemptible, no other
     (None: as the scenario says); `restart_cost`: that of every preemptible job

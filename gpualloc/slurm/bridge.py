@@ -60,4 +60,4 @@ def policy_plan(s: Scenario, name: str, seed: int = 0) -> torch.Tensor:
     simulation Slurm's own backfill is held to)."""
     cfg = RunConfig(device="cpu", seed=seed)
     cfg.solver.progress = False
-    return POLICIES[name](s, cfg, torch.device("cpu")).owner
+    return POLICIES[name].offline(s, cfg, torch.device("cpu")).owner
