@@ -17,6 +17,8 @@ elsewhere), so every plan they return meets rule 4 by construction.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from numba import njit
@@ -60,10 +62,22 @@ def footprint(s: Scenario, strict: bool = True) -> np.ndarray:
     key = "_footprint_strict" if strict else "_footprint"
     if key in s.__dict__:
         return s.__dict__[key]
-    lay = layout(s)
     owner = _fixed(s)
+    _pack_guaranteed(s, owner, strict)
+    s.__dict__[key] = owner
+    return owner
+
+
+def _pack_guaranteed(s: Scenario, owner: np.ndarray, strict: bool,
+                     whole: np.ndarray | None = None) -> None:
+    """Pack the guaranteed replicas `owner` (T, G) does not hold yet on its
+    free cells (`footprint`'s order and search), writing them into it. The
+    search of a step where first fit fails packs `whole` (J, T) there, every
+    guaranteed cell freed (default: what `owner` wants now)."""
+    lay = layout(s)
     need = still_guaranteed(s, owner)  # (J, T)
-    jobs = [j for j in range(s.J) if not lay.rigid[j] and need[j].any()]
+    whole = need if whole is None else whole
+    jobs = [j for j in range(s.J) if not lay.rigid[j] and whole[j].any()]
     if jobs:
         compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)
         jobs.sort(key=lambda j: (-lay.gpus[j], compat_gpus[j], -lay.priority[j], j))
@@ -71,9 +85,36 @@ def footprint(s: Scenario, strict: bool = True) -> np.ndarray:
         served = fill_elastic(lay, free, owner, jobs, need[jobs], high=True)  # (E, T)
         short = np.flatnonzero((served < need[jobs]).any(0))
         if len(short):
-            _settle(s, owner, jobs, need[jobs][:, short], short, strict)
-    s.__dict__[key] = owner
+            _settle(s, owner, jobs, whole[jobs][:, short], short, strict)
+
+
+def footprint_after(s: Scenario, plan: torch.Tensor) -> np.ndarray | None:
+    """(T, G) int64: a footprint (as `footprint`, strict) that keeps the
+    guaranteed services' cells of `plan` ((G, T), made without rule 4) and
+    packs the replicas it leaves short around them; None where some step's
+    guarantee finds no packing that way."""
+    owner = _fixed(s)
+    whole = still_guaranteed(s, owner)  # (J, T) before any of the plan's cells
+    planned = time_major(plan)
+    lay = layout(s)
+    guaranteed = np.append(~lay.rigid & (s.min_served.numpy() > 0), False)  # IDLE: spare entry
+    keep = (owner == IDLE) & guaranteed[planned]
+    owner[keep] = planned[keep]
+    try:
+        _pack_guaranteed(s, owner, strict=True, whole=whole)
+    except GuaranteeError:
+        return None
     return owner
+
+
+def with_footprint(s: Scenario, owner: np.ndarray) -> Scenario:
+    """A copy of `s` whose policies plan around the footprint `owner` (T, G;
+    from footprint_after) instead of their own."""
+    out = copy.copy(s)
+    for key in ("_footprint", "_footprint_strict", "_empty_schedules"):
+        out.__dict__.pop(key, None)
+    out.__dict__["_footprint_strict"] = owner
+    return out
 
 
 def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,

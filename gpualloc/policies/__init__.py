@@ -41,22 +41,30 @@ class Policy:
     def offline(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         """Its plan of `s`, offline. Under rule 4 a policy plans around the
         guaranteed replicas placed first (core.guarantee), and where that
-        placement splits the free GPUs it costs rigid work; so its plan of
-        `s` without the guarantee is made too, and kept where it meets rule 4
-        all the same and is worth more (Plan.info["guarantee"] says which)."""
+        placement splits the free GPUs it costs work; so its plan of `s`
+        without the guarantee is made too, kept where it meets rule 4 all the
+        same, and its plan around the replicas placed where that plan serves
+        them (the rest packed around those). The best is kept (ties: the
+        first); Plan.info["guarantee"] has each one's value."""
         plan = self(s, cfg, device)
         if not self.keeps_guarantee or not bool((s.min_served > 0).any()):
             return plan
         from gpualloc.check import check
+        from gpualloc.core.guarantee import footprint_after, with_footprint
         from gpualloc.objective import weighted_throughput
         from gpualloc.scenario.edit import without_guarantee
+        options = {"replicas placed first": plan}
         free = self(without_guarantee(s), cfg, device)
-        placed, unplaced = (weighted_throughput(s, x.owner) for x in (plan, free))
-        keep = unplaced > placed and check(s, free.owner).ok
-        (free if keep else plan).info["guarantee"] = {
-            "replicas placed first": placed, "not placed first": unplaced,
-            "kept": "not placed first" if keep else "replicas placed first"}
-        return free if keep else plan
+        if check(s, free.owner).ok:
+            options["without the guarantee"] = free
+        placed = footprint_after(s, free.owner)
+        if placed is not None:
+            options["replicas placed as without it"] = self(with_footprint(s, placed), cfg,
+                                                            device)
+        values = {name: weighted_throughput(s, p.owner) for name, p in options.items()}
+        kept = max(values, key=values.get)  # the first of equal ones
+        options[kept].info["guarantee"] = {"values": values, "kept": kept}
+        return options[kept]
 
 
 def rivals(device: torch.device | str = "cpu") -> Rivals:
