@@ -34,6 +34,9 @@ class Policy:
     """Raises ScenarioError, before any work, on a scenario it does not model."""
     keeps_guarantee: bool = True
     """Its plans meet rule 4 (FIFO's, as PROBLEM.md defines it, need not)."""
+    places_guarantee_first: bool = True
+    """It meets rule 4 by planning around the guaranteed replicas placed first
+    (core.guarantee; exact holds rule 4 as a constraint instead)."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
@@ -43,24 +46,30 @@ class Policy:
         guaranteed replicas placed first (core.guarantee), and where that
         placement splits the free GPUs it costs work; so its plan of `s`
         without the guarantee is made too, kept where it meets rule 4 all the
-        same, and its plan around the replicas placed where that plan serves
-        them (the rest packed around those). The best is kept (ties: the
-        first); Plan.info["guarantee"] has each one's value."""
+        same, and its plans around the replicas placed where that plan, and
+        greedy's without the guarantee, serve them (the rest packed around
+        those). The best is kept (ties: the first); Plan.info["guarantee"]
+        has each one's value."""
         plan = self(s, cfg, device)
-        if not self.keeps_guarantee or not bool((s.min_served > 0).any()):
+        if not self.places_guarantee_first or not bool((s.min_served > 0).any()):
             return plan
         from gpualloc.check import check
         from gpualloc.core.guarantee import footprint_after, with_footprint
         from gpualloc.objective import weighted_throughput
         from gpualloc.scenario.edit import without_guarantee
         options = {"replicas placed first": plan}
-        free = self(without_guarantee(s), cfg, device)
+        unguaranteed = without_guarantee(s)
+        free = self(unguaranteed, cfg, device)
         if check(s, free.owner).ok:
             options["without the guarantee"] = free
-        placed = footprint_after(s, free.owner)
-        if placed is not None:
-            options["replicas placed as without it"] = self(with_footprint(s, placed), cfg,
-                                                            device)
+        guides = {"": free.owner}
+        if self.fn is not _greedy:  # greedy's replicas, around its rigid jobs, guide well
+            guides[" by greedy"] = POLICIES["greedy"](unguaranteed, cfg, device).owner
+        for by, owner in guides.items():
+            placed = footprint_after(s, owner)
+            if placed is not None:
+                options[f"replicas placed as without it{by}"] = self(
+                    with_footprint(s, placed), cfg, device)
         values = {name: weighted_throughput(s, p.owner) for name, p in options.items()}
         kept = max(values, key=values.get)  # the first of equal ones
         options[kept].info["guarantee"] = {"values": values, "kept": kept}
@@ -125,9 +134,10 @@ BASELINE = "fifo"
 """The yardstick of every gain (PROBLEM.md): a run always plans with it, first."""
 
 POLICIES: dict[str, Policy] = {
-    "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False),
+    "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False,
+                   places_guarantee_first=False),
     "allocator": Policy(_allocator),
     "greedy": Policy(_greedy),
     "backfill": Policy(_backfill),
-    "exact": Policy(_exact, refuses=_refuse_preemptible),
+    "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False),
 }
