@@ -46,9 +46,10 @@ class Policy:
         guaranteed replicas placed first (core.guarantee), and where that
         placement splits the free GPUs it costs work; so its plan of `s`
         without the guarantee is made too, kept where it meets rule 4 all the
-        same, and its plans around the replicas placed where that plan, and
-        greedy's without the guarantee, serve them (the rest packed around
-        those). The best is kept (ties: the first); Plan.info["guarantee"]
+        same, and its plan around the replicas placed where that plan serves
+        them (the rest packed around those); the allocator, which starts
+        from greedy's plans, weighs greedy's without the guarantee in both
+        ways too. The best is kept (ties: the first); Plan.info["guarantee"]
         has each one's value."""
         plan = self(s, cfg, device)
         if not self.places_guarantee_first or not bool((s.min_served > 0).any()):
@@ -63,8 +64,11 @@ class Policy:
         if check(s, free.owner).ok:
             options["without the guarantee"] = free
         guides = {"": free.owner}
-        if self.fn is not _greedy:  # greedy's replicas, around its rigid jobs, guide well
-            guides[" by greedy"] = POLICIES["greedy"](unguaranteed, cfg, device).owner
+        if self.fn is _allocator:  # it starts from greedy's plans offline (rivals): here too
+            rival = POLICIES["greedy"](unguaranteed, cfg, device)
+            if check(s, rival.owner).ok:
+                options["greedy's without the guarantee"] = rival
+            guides[" by greedy"] = rival.owner  # its replicas, around its rigid jobs
         for by, owner in guides.items():
             placed = footprint_after(s, owner)
             if placed is not None:
