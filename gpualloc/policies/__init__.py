@@ -44,36 +44,37 @@ class Policy:
     def offline(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         """Its plan of `s`, offline. Under rule 4 a policy plans around the
         guaranteed replicas placed first (core.guarantee), and where that
-        placement splits the free GPUs it costs work; so its plan of `s`
-        without the guarantee is made too, kept where it meets rule 4 all the
-        same, and its plan around the replicas placed where that plan serves
-        them (the rest packed around those); the allocator, which starts
-        from greedy's plans, weighs greedy's without the guarantee in both
-        ways too. The best is kept (ties: the first); Plan.info["guarantee"]
-        has each one's value."""
+        placement splits the free GPUs it costs work. So plans made without
+        the guarantee guide it too: its own, and for greedy and the allocator
+        (which starts from greedy's plans) greedy's that never displaces
+        forecast demand (greedy.displace=false). Each is kept where it meets
+        rule 4 all the same, and the policy plans around the replicas placed
+        where each serves them (the rest packed around those). The best is
+        kept (ties: the first); Plan.info["guarantee"] has each one's value."""
         plan = self(s, cfg, device)
         if not self.places_guarantee_first or not bool((s.min_served > 0).any()):
             return plan
+        import copy
         from gpualloc.check import check
         from gpualloc.core.guarantee import footprint_after, with_footprint
         from gpualloc.objective import weighted_throughput
         from gpualloc.scenario.edit import without_guarantee
         options = {"replicas placed first": plan}
         unguaranteed = without_guarantee(s)
-        free = self(unguaranteed, cfg, device)
-        if check(s, free.owner).ok:
-            options["without the guarantee"] = free
-        guides = {"": free.owner}
-        if self.fn is _allocator:  # it starts from greedy's plans offline (rivals): here too
-            rival = POLICIES["greedy"](unguaranteed, cfg, device)
-            if check(s, rival.owner).ok:
-                options["greedy's without the guarantee"] = rival
-            guides[" by greedy"] = rival.owner  # its replicas, around its rigid jobs
-        for by, owner in guides.items():
-            placed = footprint_after(s, owner)
+        guides = {"without the guarantee": self(unguaranteed, cfg, device)}
+        if self.fn in (_greedy, _allocator):
+            strict = copy.deepcopy(cfg)
+            strict.greedy.displace = False
+            guides["greedy's, never displacing demand"] = POLICIES["greedy"](unguaranteed, strict,
+                                                                              device)
+        for name, guide in guides.items():
+            if check(s, guide.owner).ok:
+                options[name] = guide
+            placed = footprint_after(s, guide.owner)
             if placed is not None:
-                options[f"replicas placed as without it{by}"] = self(
-                    with_footprint(s, placed), cfg, device)
+                around = with_footprint(s, placed)
+                around.hint = guide.owner  # its rigid jobs fit there: a start (the allocator's)
+                options[f"around the replicas of {name}"] = self(around, cfg, device)
         values = {name: weighted_throughput(s, p.owner) for name, p in options.items()}
         kept = max(values, key=values.get)  # the first of equal ones
         options[kept].info["guarantee"] = {"values": values, "kept": kept}
