@@ -23,6 +23,12 @@ from gpualloc.scenario import Scenario
 Rivals = dict[str, Callable[[Scenario], Plan]]
 
 
+GUARANTEED_WEIGHT = 1000.0
+"""Offline under rule 4, one guide for the allocator is its plan with the
+guaranteed services' priority raised this many times: above any rigid job's
+value per GPU-step, so no replica of theirs is traded for rigid work."""
+
+
 @dataclass
 class Policy:
     """A registry entry."""
@@ -47,7 +53,8 @@ class Policy:
         placement splits the free GPUs it costs work. So plans made without
         the guarantee guide it too: its own, and for greedy and the allocator
         (which starts from greedy's plans) greedy's that never displaces
-        forecast demand (greedy.displace=false). Each is kept where it meets
+        forecast demand (greedy.displace=false); for the allocator, its own
+        with the guaranteed services' value raised. Each is kept where it meets
         rule 4 all the same, and the policy plans around the replicas placed
         where each serves them (the rest packed around those). The best is
         kept (ties: the first); Plan.info["guarantee"] has each one's value."""
@@ -67,6 +74,9 @@ class Policy:
             strict.greedy.displace = False
             guides["greedy's, never displacing demand"] = POLICIES["greedy"](unguaranteed, strict,
                                                                               device)
+        if self.fn is _allocator:  # it has no such switch: the services' value raised instead
+            guides["the guaranteed services' value raised"] = self(
+                without_guarantee(s, GUARANTEED_WEIGHT), cfg, device)
         for name, guide in guides.items():
             if check(s, guide.owner).ok:
                 options[name] = guide

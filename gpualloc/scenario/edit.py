@@ -21,9 +21,16 @@ def with_min_served(s: Scenario, share: float) -> Scenario:
     return from_dict(doc)
 
 
-def without_guarantee(s: Scenario) -> Scenario:
-    """`s` with no service guaranteed (rule 4 off), its fixed cells kept."""
-    out = with_min_served(s, 0.0)
+def without_guarantee(s: Scenario, weight: float = 1.0) -> Scenario:
+    """`s` with no service guaranteed (rule 4 off), its fixed cells kept; the
+    priority of the services that were guaranteed times `weight` (a large
+    one: a plan that maximizes value then trades none of their replicas for
+    other work)."""
+    doc = s.to_dict()
+    for job in doc["jobs"]:
+        if job.pop("min_served", 0):
+            job["priority"] = job["priority"] * weight
+    out = from_dict(doc)
     out.fixed = s.fixed
     return out
 
