@@ -317,3 +317,29 @@ def test_the_search_packs_exactly_when_some_packing_exists(services, free):
                                                           for p in s.pools])
             held[b:b + services[j][0]] += 1
         assert (held <= free).all()
+
+
+def test_a_footprint_after_a_plan_keeps_its_replicas_and_packs_the_rest():
+    from gpualloc.core.guarantee import footprint_after
+    # One node of 4 GPUs; a's guarantee is 2 replicas at t=0 and t=1.
+    s = from_dict(doc([service("a", [2, 2], min_served=1.0)], horizon=2))
+    plan = torch.full((4, 2), -1, dtype=torch.long)
+    plan[0:2, 0] = 0  # at t=0 the plan serves both, on GPUs 0-1 (not the highest)
+    plan[1, 1] = 0  # at t=1 one, on GPU 1
+    fp = footprint_after(s, plan)  # (T, G)
+    assert fp[0].tolist() == [0, 0, -1, -1]  # kept where the plan put them
+    assert fp[1, 1] == 0 and int((fp[1] == 0).sum()) == 2  # the second packed on a free GPU
+    assert footprint_after(s, torch.full((4, 2), -1, dtype=torch.long)) is not None
+
+
+def test_without_the_guarantee_the_guaranteed_services_value_is_raised_and_nothing_else():
+    from gpualloc.scenario.edit import without_guarantee
+    s = from_dict(doc([service("a", [1, 1], min_served=0.5, priority=3),
+                       service("b", [1, 1], min_served=0, priority=2),
+                       {"id": "r", "kind": "training", "priority": 4, "arrival": 0, "gpus": 1,
+                        "duration": 2}], horizon=2))
+    s.fixed = torch.full((4, 2), -1, dtype=torch.long)
+    out = without_guarantee(s, 1000.0)
+    assert [j.priority for j in out.jobs] == [3000.0, 2, 4]
+    assert [j.min_served for j in out.jobs] == [0, 0, 0]
+    assert out.fixed is s.fixed
