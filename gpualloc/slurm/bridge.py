@@ -57,7 +57,8 @@ def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:
 
 def policy_plan(s: Scenario, name: str, seed: int = 0) -> torch.Tensor:
     """(G, T) the offline plan of registry policy `name` (e.g. backfill: the
-    simulation Slurm's own backfill is held to)."""
+    simulation Slurm's own backfill is held to), as the policy makes it:
+    under rule 4 without Policy.offline's weighing, which Slurm does not do."""
     cfg = RunConfig(device="cpu", seed=seed)
     cfg.solver.progress = False
-    return POLICIES[name].offline(s, cfg, torch.device("cpu")).owner
+    return POLICIES[name](s, cfg, torch.device("cpu")).owner
