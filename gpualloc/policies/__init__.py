@@ -11,6 +11,7 @@ that policy runs.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -61,7 +62,6 @@ class Policy:
         plan = self(s, cfg, device)
         if not self.places_guarantee_first or not bool((s.min_served > 0).any()):
             return plan
-        import copy
         from gpualloc.check import check
         from gpualloc.core.guarantee import footprint_after, with_footprint
         from gpualloc.objective import weighted_throughput
