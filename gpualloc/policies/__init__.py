@@ -56,9 +56,10 @@ class Policy:
         (which starts from greedy's plans) greedy's that never displaces
         forecast demand (greedy.displace=false); for the allocator, its own
         with the guaranteed services' value raised. Each is kept where it meets
-        rule 4 all the same, and the policy plans around the replicas placed
-        where each serves them (the rest packed around those). The best is
-        kept (ties: the first); Plan.info["guarantee"] has each one's value."""
+        rule 4 all the same, and around the replicas placed where each of its
+        own guides serves them (the rest packed around those) the policy plans
+        again. The best is kept (ties: the first); Plan.info["guarantee"] has
+        each one's value."""
         plan = self(s, cfg, device)
         if not self.places_guarantee_first or not bool((s.min_served > 0).any()):
             return plan
@@ -68,19 +69,19 @@ class Policy:
         from gpualloc.scenario.edit import without_guarantee
         options = {"replicas placed first": plan}
         unguaranteed = without_guarantee(s)
-        guides = {"without the guarantee": self(unguaranteed, cfg, device)}
+        guides = {"without the guarantee": (self(unguaranteed, cfg, device), True)}
         if self.fn in (_greedy, _allocator):
             strict = copy.deepcopy(cfg)
             strict.greedy.displace = False
-            guides["greedy's, never displacing demand"] = POLICIES["greedy"](unguaranteed, strict,
-                                                                              device)
+            guides["greedy's, never displacing demand"] = (
+                POLICIES["greedy"](unguaranteed, strict, device), self.fn is _greedy)
         if self.fn is _allocator:  # it has no such switch: the services' value raised instead
-            guides["the guaranteed services' value raised"] = self(
-                without_guarantee(s, GUARANTEED_WEIGHT), cfg, device)
-        for name, guide in guides.items():
+            guides["the guaranteed services' value raised"] = (
+                self(without_guarantee(s, GUARANTEED_WEIGHT), cfg, device), True)
+        for name, (guide, own) in guides.items():
             if check(s, guide.owner).ok:
                 options[name] = guide
-            placed = footprint_after(s, guide.owner)
+            placed = footprint_after(s, guide.owner) if own else None
             if placed is not None:
                 around = with_footprint(s, placed)
                 around.hint = guide.owner  # its rigid jobs fit there: a start (the allocator's)
