@@ -1,9 +1,11 @@
 import pytest
 import torch
+from hypothesis import given, settings
 
 from gpualloc.metrics import gains, metrics, weighted_throughput
-from gpualloc.objective import job_values, value
+from gpualloc.objective import ideal_throughput, job_values, value
 from gpualloc.scenario import from_dict
+from strategies import scenarios
 
 # One pool, one node of 4 GPUs, horizon 4.
 S = from_dict({"name": "m", "horizon": 4, "step_minutes": 60, "cluster": {"pools": [
@@ -71,3 +73,40 @@ def test_p95_wait():
     m = metrics(s, o)
     assert m["mean_wait"] == 10.0 and m["p95_wait"] == pytest.approx(19.0)
     assert m["realtime_slo"] == 1.0  # nothing demanded
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenarios(max_jobs=8, preemptible=True))
+def test_no_plan_exceeds_the_ideal_throughput(s):
+    # The bound greedy trusts to skip the plain backfill's plan: every
+    # policy's plan (preemptible jobs included) stays at or under it.
+    from gpualloc.policies import rivals
+    from gpualloc.policies.backfill import backfill
+
+    bound = ideal_throughput(s)
+    for name, plan in (("backfill", backfill(s)), ("greedy", rivals()["greedy"](s)),
+                       ("fifo", rivals()["fifo"](s))):
+        assert weighted_throughput(s, plan.owner) <= bound + 1e-9, name
+
+
+def test_ideal_throughput_on_online_views_and_when_reached():
+    # Views of an online run, with running preemptible jobs in fixed cells,
+    # cut and resumed: no policy's plan of a view exceeds the bound. On an
+    # uncontended scenario greedy's plan reaches it; on a contended one not.
+    from gpualloc import generate, run_config
+    from gpualloc.online import online
+    from gpualloc.policies import POLICIES, rivals
+    from gpualloc.policies.backfill import backfill
+    from gpualloc.scenario.edit import with_preemption
+
+    s = with_preemption(generate("training_heavy", seed=0, horizon=48), ["training"], 1)
+    views = []
+    online(s, POLICIES["greedy"], run_config(mode="online", online={"replan_every": 6}),
+           on_view=lambda *v: views.append(v[1]))
+    assert any(v.fixed is not None and bool((v.fixed >= 0).any()) for v in views)
+    for v in views[::3]:
+        for plan in (backfill(v), rivals()["greedy"](v)):
+            assert weighted_throughput(v, plan.owner) <= ideal_throughput(v) + 1e-9
+    light = generate("low_contention", seed=0)
+    assert weighted_throughput(light, rivals()["greedy"](light).owner) == ideal_throughput(light)
+    assert weighted_throughput(s, rivals()["greedy"](s).owner) < ideal_throughput(s)

@@ -62,7 +62,7 @@ from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.segments import cuts_in
-from gpualloc.objective import weighted_throughput
+from gpualloc.objective import ideal_throughput, weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
@@ -97,8 +97,11 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
 def _better(s: Scenario, plan: Plan, plain) -> tuple[Plan, str]:
     """Greedy's own whole `plan` or the plain backfill's, the better kept
     (ties: greedy's), and which."""
+    own = weighted_throughput(s, plan.owner)
+    if own >= ideal_throughput(s):  # no plan is better: the backfill's is not made
+        return plan, "greedy"
     other = plain(s)
-    if weighted_throughput(s, other.owner) > weighted_throughput(s, plan.owner):
+    if weighted_throughput(s, other.owner) > own:
         return Plan(owner=other.owner, info={**plan.info, "variant": "backfill"}), "backfill"
     return plan, "greedy"
 
