@@ -213,6 +213,16 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
     waiting = np.empty(todo.shape[0], dtype=np.int64)
     n_wait = 0
     failed = np.empty(n_classes, dtype=np.int64)  # per class, the shortest run that did not fit
+    # Reservations found impossible since the grids last changed, by (class,
+    # GPUs, duration): the highest value per step that found none. With
+    # thousands of jobs that can start nowhere (a guaranteed service's room)
+    # each would scan the horizon again; a job like one that found none,
+    # worth no more per step, finds none (guard.best_displacing's net value
+    # rises with it).
+    none_class = np.empty(todo.shape[0], dtype=np.int64)
+    none_k = np.empty(todo.shape[0], dtype=np.int64)
+    none_d = np.empty(todo.shape[0], dtype=np.int64)
+    none_value = np.empty(todo.shape[0], dtype=np.float64)
     nxt = 0
     while t < T and (nxt < todo.shape[0] or n_wait > 0):
         while nxt < todo.shape[0] and arrival[todo[nxt]] <= t:
@@ -226,6 +236,7 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
             free += not busy[t, g]
         ghost_start, ghost_end, ghost_first, ghost_k = -1, -1, -1, 0
         failed[:] = 1 << 30
+        n_none = 0
         displaced = False
         held = not reserve
         started = np.zeros(n_wait, dtype=np.bool_)
@@ -273,14 +284,25 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                 ends[n_ends] = t + length[i]
                 n_ends += 1
                 failed[:] = 1 << 30
+                n_none = 0
                 started[i] = True
             elif not held:
-                if lo < hi:  # its earliest later start, displacing where worth it
+                value = float(priority[j] * k)
+                known = False
+                for x in range(n_none):
+                    if (none_class[x] == c and none_k[x] == k and none_d[x] == duration[j]
+                            and none_value[x] >= value):
+                        known = True
+                        break
+                if lo < hi and not known:  # its earliest later start, displacing where worth it
                     at, g, _ = guarded_find(run, busy, blocks, pools, k, duration[j],
                                             max(arrival[j], t + 1), slack, subset_pools,
                                             subset_priority, subset_replica, guarded,
-                                            np.bool_(True), float(priority[j] * k), gpu_node,
-                                            n_nodes)
+                                            np.bool_(True), value, gpu_node, n_nodes)
+                    if at < 0:
+                        none_class[n_none], none_k[n_none] = c, k
+                        none_d[n_none], none_value[n_none] = duration[j], value
+                        n_none += 1
                     if at >= 0:
                         ghost_start, ghost_first, ghost_k = at, g, k
                         ghost_end = at + min(steps[j], T - at)
