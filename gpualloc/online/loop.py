@@ -71,7 +71,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         made_by_tau = None  # (J,) preemptible jobs' progress before tau
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made_by_tau = progress[:, :tau].sum(1)
-            committed.progress = {j: int(made_by_tau[j]) for j in committed.start}
+            committed.progress = _made(s, committed, made_by_tau)
         full = (periodic and (last_full is None or o.full_every is None
                               or tau - last_full >= o.full_every)
                 or not periodic and o.replan_on_arrival == "full")
@@ -198,6 +198,14 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     out = np.full((s.G, s.T), IDLE, dtype=np.int64)
     out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
     return out
+
+
+def _made(s: Scenario, committed: Committed, made) -> dict[int, int]:
+    """Committed.progress from `made` (J,): the started preemptible jobs'
+    steps of progress (thousands of jobs start, few are preemptible)."""
+    started = np.fromiter(committed.start, dtype=np.int64, count=len(committed.start))
+    started = started[layout(s).preemptible[started]]
+    return dict(zip(started.tolist(), np.asarray(made)[started].tolist()))
 
 
 def _decides_nothing(s: Scenario, tau: int, committed: Committed,
@@ -375,7 +383,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         now = committed
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
-            now = replace(committed, progress={j: int(made[j]) for j in committed.start})
+            now = replace(committed, progress=_made(s, committed, made))
         v, index = view_at(s, t, o, oracle, now,
                            headroom=o.guarantee_headroom if guarded else 0.0, copies=copies)
         to_view = {j: vj for vj, j in enumerate(index)}
