@@ -61,6 +61,9 @@ def test_benchmark_tables_from_made_up_runs(tmp_path):
             _row("openb_x", 0, "allocator", "offline", None, 105, 4.0),
             _row("openb_x", 0, "allocator", "online", 6, 97, 20.0),
             _row("openb_x", 0, "allocator", "online", 6, 90, 21.0, guarantee=True, short=3)]
+    # A generated speed case, counted apart from the target's runs.
+    rows += [dict(_row("mixed_128x3000x168", 0, policy, "online", 6, value, 1.0),
+                  kind="generated") for policy, value in (("greedy", 50), ("allocator", 49))]
     part = {"machine": {"cpu": "x", "cores": 2, "gpu": None, "torch": "t", "commit": "c"},
             "command": "python -m bench.online_traces", "policies": ["greedy", "allocator"],
             "replan_every": [6], "forecast": "last_day", "rows": rows}
@@ -70,4 +73,5 @@ def test_benchmark_tables_from_made_up_runs(tmp_path):
     assert "x2.5 |" in text and "x5.0 |" in text  # online / offline wall, each policy
     assert "| openb_x | tuning | 0.9898 | 1.0500 | 0.9238 |" in text  # alloc/greedy online, offline
     assert "below greedy online on 1 of 1 runs" in text
+    assert "On the generated speed cases (not in the target) it is below on 1 of 1." in text
     assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
