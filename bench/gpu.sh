@@ -2,11 +2,15 @@
 # The prepared GPU check, in one go, under 8 minutes on one H200:
 #   1. the CUDA tests (pytest -m gpu: kernel step, FIFO and the allocator on
 #      CUDA against the CPU, the memory estimate against the CUDA peak);
-#   2. the GPU ladder of bench/speed.py, 512 x 1500 x 168 up to
+#   2. one online replan at 1,024 and 4,096 GPUs on CUDA (bench/online_replan.py:
+#      the allocator's full and light replans and greedy's, on the view the
+#      loop builds at step 48): can thousands of GPUs be replanned within a step;
+#   3. the GPU ladder of bench/speed.py, 512 x 1500 x 168 up to
 #      4096 x 10000 x 336, with a total time budget so the script ends in time
 #      (rungs it could not start are listed as skipped). Rows are written
 #      after every run, so even a cut ladder leaves its results.
-# Writes under bench/results/: gpu_tests.txt, gpu_smi.txt, speed_gpu.{md,json}.
+# Writes under bench/results/: gpu_tests.txt, gpu_smi.txt, online_replan_gpu.{md,json},
+# speed_gpu.{md,json}.
 #
 #   bash bench/gpu.sh            # from anywhere; runs in the repository root
 set -uo pipefail
@@ -25,16 +29,22 @@ fi
 start=$(date +%s)
 (nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm --format=csv || true) \
   > bench/results/gpu_smi.txt 2>&1
-$PY -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" \
-  >> bench/results/gpu_smi.txt 2>&1
+$PY -c "import torch, numba, numpy, triton; print('torch', torch.__version__, 'cuda',
+torch.version.cuda, torch.cuda.get_device_name(0), '| numba', numba.__version__, '| numpy',
+numpy.__version__, '| triton', triton.__version__)" >> bench/results/gpu_smi.txt 2>&1
 
 echo "== pytest -m gpu"
-# A test still running after 90 s dumps every thread's stack (pytest's
+# A test still running after 60 s dumps every thread's stack (pytest's
 # faulthandler): on 2026-11-30 the allocator-on-CUDA test did not finish in
 # 150 s on an H200 and nothing said where it was (bench/results/gpu_notes.md).
-timeout 200 $PY -m pytest -m gpu -v -rs -o faulthandler_timeout=90 --durations=0 tests 2>&1 \
+timeout 150 $PY -m pytest -m gpu -v -rs -o faulthandler_timeout=60 --durations=0 tests 2>&1 \
   | tee bench/results/gpu_tests.txt
 tests_rc=${PIPESTATUS[0]}
+
+echo "== one online replan on CUDA"
+timeout 150 $PY -m bench.online_replan --device cuda --sizes 1024x3000x168,4096x10000x336 \
+  --timeout 120 --name online_replan_gpu
+replan_rc=$?
 
 echo "== GPU ladder"
 left=$(( 470 - ($(date +%s) - start) ))   # seconds left of the 8 minutes, with margin
@@ -42,5 +52,6 @@ budget=$(( left - 60 ))
 timeout "$left" $PY -m bench.speed --gpu --budget "$budget" --timeout 240 --name speed_gpu \
   --note "bench/gpu.sh, total budget ${budget} s"
 ladder_rc=$?
-echo "== done in $(( $(date +%s) - start )) s (tests exit $tests_rc, ladder exit $ladder_rc)"
-exit $(( tests_rc != 0 || ladder_rc != 0 ))
+echo "== done in $(( $(date +%s) - start )) s (tests exit $tests_rc, replan exit $replan_rc," \
+  "ladder exit $ladder_rc)"
+exit $(( tests_rc != 0 || replan_rc != 0 || ladder_rc != 0 ))

@@ -67,7 +67,8 @@ def view_at(G: int, J: int, T: int, at: int, every: int, seed: int):
     return cfg, got["view"], got["tau"]
 
 
-def run_one(G: int, J: int, T: int, kind: str, at: int, every: int, seed: int) -> dict:
+def run_one(G: int, J: int, T: int, kind: str, at: int, every: int, seed: int,
+            device: str = "cpu") -> dict:
     import torch
 
     from gpualloc.check import check
@@ -81,15 +82,22 @@ def run_one(G: int, J: int, T: int, kind: str, at: int, every: int, seed: int) -
     policy = "greedy" if kind == "greedy" else "allocator"
     use = light if kind == "allocator light" else full
     v.carry = None  # as at a full replan: greedy weighs its variants over the view
-    row = {"G": G, "J": J, "T": T, "kind": kind, "tau": tau, "view_T": v.T, "view_J": v.J,
+    row = {"G": G, "J": J, "T": T, "kind": kind, "device": device, "tau": tau, "view_T": v.T, "view_J": v.J,
            "hint": v.hint is not None, "window": v.window}
 
     def solve():
         start = time.perf_counter()
-        plan = POLICIES[policy](v, use, torch.device("cpu"))
+        plan = POLICIES[policy](v, use, torch.device(device))
+        if device != "cpu":
+            torch.cuda.synchronize()
         return plan, time.perf_counter() - start
 
-    (plan, wall), peak = measure_rss_peak(solve)
+    if device == "cpu":
+        (plan, wall), peak = measure_rss_peak(solve)
+    else:
+        torch.cuda.reset_peak_memory_stats()
+        plan, wall = solve()
+        peak = torch.cuda.max_memory_allocated()
     verdict = check(v, plan.owner)
     info = plan.info
     row.update(status="ok" if verdict.ok else f"INFEASIBLE: {verdict}", wall_s=wall,
@@ -109,7 +117,8 @@ def markdown(report: dict) -> str:
     lines = ["# One online replan at a cluster's size", "",
              f"- commit `{report['commit']}`, {report['date']}",
              f"- machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}; GPU: "
-             f"{m.get('gpu') or 'none'}",
+             f"{m.get('gpu') or 'none'}; the replans on `{report.get('device', 'cpu')}` (peak: "
+             "resident bytes on the CPU, allocated bytes on CUDA)",
              f"- load average at start / end: {report['load_start']} / {report['load_end']}",
              f"- command: `{report['command']}`",
              "- the view: greedy online (replanning every "
@@ -145,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", type=int, default=48, help="the replan step (first at or after)")
     ap.add_argument("--every", type=int, default=6, help="greedy's replans on the way there")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the replans run (the view is "
+                    "built on the CPU)")
+    ap.add_argument("--kinds", type=lambda t: t.split(","), default=KINDS,
+                    help="which replans, comma-separated: " + ", ".join(KINDS))
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     ap.add_argument("--name", default="online_replan")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -158,12 +171,12 @@ def main(argv: list[str] | None = None) -> int:
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "command": "python -m bench.online_replan " + " ".join(
                   sys.argv[1:] if argv is None else argv),
-              "at": args.at, "every": args.every,
+              "at": args.at, "every": args.every, "device": args.device,
               "load_start": " ".join(f"{v:.1f}" for v in os.getloadavg()), "rows": []}
     for G, J, T in args.sizes:
-        for kind in KINDS:
+        for kind in args.kinds:
             spec = {"G": G, "J": J, "T": T, "kind": kind, "at": args.at, "every": args.every,
-                    "seed": args.seed}
+                    "seed": args.seed, "device": args.device}
             row = _child(spec, args.timeout)
             report["rows"].append(row)
             report["load_end"] = " ".join(f"{v:.1f}" for v in os.getloadavg())

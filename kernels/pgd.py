@@ -97,7 +97,9 @@ def pgd_step_triton(x, compat, arrival, free, gain, price, rigid, smooth: float,
     S, N = torch.zeros(G, T, **f32), torch.zeros(G, T, **f32)
     C, M = torch.zeros(J, T, **f32), torch.zeros(J, T, **f32)
     A, K = torch.zeros(J, **f32), torch.zeros(J, **f32)
-    grid = (triton.cdiv(G, BG), triton.cdiv(J, BJ))
+    # One grid axis: CUDA caps the second and third at 65,535 blocks, which
+    # 2**19 jobs in blocks of two overran ("invalid argument" on an H200).
+    grid = (triton.cdiv(G, BG) * triton.cdiv(J, BJ),)
     _kernel()[grid](x, compat.to(torch.int8).contiguous(), arrival.to(torch.int32).contiguous(),
                     free.to(torch.int8).contiguous(), gain.float().contiguous(),
                     price.float().contiguous(), rigid.to(torch.int8).contiguous(),
@@ -122,8 +124,10 @@ def _kernel():
                         BG: tl.constexpr, BJ: tl.constexpr, BT: tl.constexpr):
         # int64 indices: grids of 2**31 cells and more (the 2048 x 5000 x 336
         # rung) overflow int32 offsets.
-        g = (tl.program_id(0) * BG + tl.arange(0, BG)).to(tl.int64)  # (BG,)
-        j = (tl.program_id(1) * BJ + tl.arange(0, BJ)).to(tl.int64)  # (BJ,)
+        blocks_j = tl.cdiv(J, BJ)
+        block = tl.program_id(0).to(tl.int64)
+        g = ((block // blocks_j) * BG + tl.arange(0, BG)).to(tl.int64)  # (BG,)
+        j = ((block % blocks_j) * BJ + tl.arange(0, BJ)).to(tl.int64)  # (BJ,)
         t = tl.arange(0, BT)  # (BT,) one tile holds whole time rows
         gm, jm, tm = g < G, j < J, t < T
         g3, j3, t3 = g[:, None, None], j[None, :, None], t[None, None, :]
