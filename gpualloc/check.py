@@ -72,6 +72,12 @@ class _Rules:
         self.duration = column(lambda j: j.duration or 0)
         self.rigid, self.pre = column(lambda j: j.rigid, bool), column(lambda j: j.preemptible, bool)
         self.restart_cost = column(lambda j: j.restart_cost)
+        # An online view's fixed cells at step 0: jobs already running when it
+        # begins. Stopped there and run later, such a job resumes: it restores.
+        self.running = np.zeros(self.J, dtype=bool)
+        if s.fixed is not None and self.T > 0:
+            held = s.fixed[:, 0].numpy()
+            self.running[held[held >= 0]] = True
         self.min_served = column(lambda j: j.min_served, np.float64)
         self.demand = np.zeros((self.J, self.T), dtype=np.int64)  # before arrival: counts nowhere
         for i, j in enumerate(jobs):
@@ -220,7 +226,8 @@ def _check_segments(s, r, out, g_idx, t_idx, j_idx) -> None:
     # Rule 2, preemptible jobs, read from PROBLEM.md: a segment is a maximal run
     # of timesteps on the same GPUs (same first GPU and count; GPUs that are no
     # block break the rule anyway), each one block of `gpus`. Every segment
-    # after the first restores for restart_cost steps, then progresses; once
+    # after the first (or, for a job running when a view begins, every one that
+    # does not start at step 0) restores for restart_cost steps, then progresses; once
     # progress reaches duration the job is done and holds nothing.
     J, T, G = r.J, r.T, r.G
     sel = r.pre[j_idx]
@@ -244,7 +251,8 @@ def _check_segments(s, r, out, g_idx, t_idx, j_idx) -> None:
     new[:, 1:] &= ~(on[:, :-1] & (first[:, 1:] == first[:, :-1]) & (count[:, 1:] == count[:, :-1]))
     steps = np.arange(T)
     seg_start = np.maximum.accumulate(np.where(new, steps, -1), axis=1)
-    restoring = on & (np.cumsum(new, 1) > 1) & (steps - seg_start < r.restart_cost[:, None])
+    later = (np.cumsum(new, 1) > 1) | (r.running[:, None] & (seg_start > 0))
+    restoring = on & later & (steps - seg_start < r.restart_cost[:, None])
     working = (on & ~restoring).astype(np.int64)
     late = on & (np.cumsum(working, 1) - working >= r.duration[:, None])
     if late.any():

@@ -67,7 +67,8 @@ class Segments:
     new: torch.Tensor
     """(J, T) bool: a segment starts at t (held, and not the same GPUs as at t - 1)."""
     restoring: torch.Tensor
-    """(J, T) bool: held in a segment after the first, within restart_cost of its start."""
+    """(J, T) bool: held in a segment after the first (for a job running at a view's
+    step 0, in any segment not starting there), within restart_cost of its start."""
     progress: torch.Tensor
     """(J, T) bool: held, not restoring, and not yet done before t."""
     after_done: torch.Tensor
@@ -98,12 +99,25 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     count = np.zeros((J, T), dtype=np.int64)
     new, restoring, progress, after_done = (np.zeros((J, T), dtype=np.bool_) for _ in range(4))
     done = np.zeros(J, dtype=np.bool_)
-    _refuse_cells(read_segments(grid, s.preemptible.numpy(), s.restart_cost.numpy(),
-                                s.duration.numpy(), first, last, count, new, restoring, progress,
-                                after_done, done), J)
+    _refuse_cells(read_segments(grid, s.preemptible.numpy(), running_at_start(s).numpy(),
+                                s.restart_cost.numpy(), s.duration.numpy(), first, last, count,
+                                new, restoring, progress, after_done, done), J)
     out = [torch.from_numpy(a) for a in (first, last, count, new, restoring, progress,
                                          after_done, done)]
     return Segments(*out)
+
+
+def running_at_start(s: Scenario) -> torch.Tensor:
+    """(J,) bool: the jobs an online view's fixed cells hold at step 0, running
+    when the view begins. A preemptible one that a plan stops there and runs
+    later resumes, so its first segment in the view restores
+    (gpualloc.scenario.edit.with_cuts plans that resumption as a copy of
+    restart_cost plus the rest)."""
+    running = torch.zeros(s.J, dtype=torch.bool)
+    if s.fixed is not None and s.T > 0:
+        held = s.fixed[:, 0]
+        running[held[held >= 0].unique()] = True
+    return running
 
 
 def empty_owner(scenario: Scenario, device: torch.device | str = "cpu") -> torch.Tensor:

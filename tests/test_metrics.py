@@ -107,10 +107,8 @@ def test_ideal_throughput_on_online_views_and_when_reached():
            on_view=lambda *v: views.append(v[1]))
     assert any(v.fixed is not None and bool((v.fixed >= 0).any()) for v in views)
     for v in views[::3]:
-        # Not checked here: greedy's plan of a view can hold a resumed job's
-        # cells past its end, which the loop trims (online.loop._trim_done);
-        # the executed plans are checked in tests/test_online*.py.
         for plan in (backfill(v), rivals()["greedy"](v)):
+            assert check(v, plan.owner).ok
             assert weighted_throughput(v, plan.owner) <= ideal_throughput(v) + 1e-9
     light = generate("low_contention", seed=0)
     plan = rivals()["greedy"](light).owner

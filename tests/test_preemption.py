@@ -62,6 +62,29 @@ def test_a_cell_after_done_is_rejected():
     assert bad.violations["after_done"][0] == 2  # 2 GPUs at t=7
 
 
+def test_a_job_running_when_a_view_begins_restores_when_it_resumes():
+    # An online view: job 0 runs at step 0 (its fixed cells, 4 steps left).
+    # A plan that stops it there and runs it later resumes it: that first
+    # segment in the view restores (gpualloc.core's cut counts it so, and
+    # plans restart_cost + 4 steps); without fixed cells the same run is a
+    # first segment and progresses at once.
+    view = _scenario()
+    view.fixed = torch.full((view.G, view.T), -1, dtype=torch.long)
+    view.fixed[0:2, 0:4] = 0
+    resumed = _plan(view, [(4, 4, 8, 2)])  # restore at t=4, progress 5..8
+    assert check(view, resumed).ok
+    seg = segments(view, resumed)
+    assert seg.restoring[0].nonzero().flatten().tolist() == [4]
+    assert bool(seg.done[0]) and not seg.after_done.any()
+    assert weighted_throughput(view, resumed) == 3 * 2 * 4
+    short = _plan(view, [(4, 4, 7, 2)])  # one step short of done
+    assert check(view, short).ok and not bool(segments(view, short).done[0])
+    fresh = _scenario()
+    assert set(check(fresh, resumed).violations) == {"after_done"}
+    kept = _plan(view, [(0, 0, 3, 2)])  # the fixed cells as they are: no restore
+    assert check(view, kept).ok and not segments(view, kept).restoring.any()
+
+
 def test_restoring_is_not_progress():
     # Counting the restore at t=4 as progress would make the job done at t=5
     # and t=6 a cell after done; it is not: this plan is feasible, and the

@@ -24,12 +24,14 @@ from gpualloc.scenario import Scenario
 
 
 @njit(cache=True)
-def read_segments(owner, preemptible, restart_cost, duration, first, last, count, new,
+def read_segments(owner, preemptible, running, restart_cost, duration, first, last, count, new,
                   restoring, progress, after_done, done):
     """gpualloc.plan.segments' answers, written into its zeroed (J, T) arrays
     (first: G, last: -1 to start with) and done (J,): one pass over the
-    (G, T) owner grid, then one over each preemptible job's steps. Returns
-    the cells that hold neither -1 nor a job index (with any, it stops there)."""
+    (G, T) owner grid, then one over each preemptible job's steps. `running`
+    (J,): jobs already running at step 0 (an online view's), whose first
+    segment is a later one unless it starts at 0. Returns the cells that
+    hold neither -1 nor a job index (with any, it stops there)."""
     G, T = owner.shape
     J = preemptible.shape[0]
     bad = 0
@@ -55,7 +57,8 @@ def read_segments(owner, preemptible, restart_cost, duration, first, last, count
                 new[j, t] = True
                 segment += 1
                 start = t
-            restoring[j, t] = segment > 1 and t - start < restart_cost[j]
+            restoring[j, t] = ((segment > 1 or (running[j] and start > 0))
+                               and t - start < restart_cost[j])
             after_done[j, t] = made >= duration[j]
             if not restoring[j, t]:
                 if made < duration[j]:
