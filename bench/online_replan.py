@@ -82,8 +82,8 @@ def run_one(G: int, J: int, T: int, kind: str, at: int, every: int, seed: int,
     policy = "greedy" if kind == "greedy" else "allocator"
     use = light if kind == "allocator light" else full
     v.carry = None  # as at a full replan: greedy weighs its variants over the view
-    row = {"G": G, "J": J, "T": T, "kind": kind, "device": device, "tau": tau, "view_T": v.T, "view_J": v.J,
-           "hint": v.hint is not None, "window": v.window}
+    row = {"G": G, "J": J, "T": T, "kind": kind, "device": device, "tau": tau, "view_T": v.T,
+           "view_J": v.J, "hint": v.hint is not None, "window": v.window}
 
     def solve():
         start = time.perf_counter()
