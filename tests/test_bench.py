@@ -69,6 +69,24 @@ def test_one_online_replan_is_timed_on_the_loops_view():
         assert r["status"] == "ok" and r["tau"] == 6 and r["hint"]
         assert r["view_T"] == 24 - 6 and r["value"] > 0
     assert rows["allocator light"]["rounding"] is not None and rows["greedy"]["rounding"] is None
+    assert {r["device"] for r in rows.values()} == {"cpu"}
+
+
+def test_one_online_replan_on_cuda_is_labelled():
+    # bench/gpu.sh times the replans on CUDA: the report says where they ran
+    # and which peak it shows (no GPU here: the table of a made-up row).
+    from bench.online_replan import markdown
+
+    row = {"G": 4096, "J": 10000, "T": 336, "kind": "allocator full", "device": "cuda",
+           "tau": 48, "view_J": 1048, "view_T": 288, "status": "ok", "wall_s": 5.38,
+           "peak_bytes": 4.65 * 2**30, "relax_s": 2.9, "repair_s": 0.7, "search_s": 1.4,
+           "moves": 127, "rounding": "parallel/relaxed@0.3", "value": 4617675.0}
+    report = {"commit": "abc", "date": "now", "command": "x", "at": 48, "every": 6,
+              "device": "cuda", "load_start": "0", "load_end": "0", "rows": [row],
+              "machine": {"cpu": "c", "cores": 16, "torch": "2", "gpu": "H200, 140 GiB"}}
+    text = markdown(report)
+    assert "the replans on `cuda`" in text and "allocated bytes on CUDA" in text
+    assert "| 4096 x 10000 x 336 | 48 | 1048 x 288 | allocator full | ok | 5.38 | 4.65 |" in text
 
 
 def test_fit_exponent(speed):
