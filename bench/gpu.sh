@@ -2,7 +2,9 @@
 # The prepared GPU check, in one go, under 8 minutes on one H200:
 #   1. the CUDA tests (pytest -m gpu: kernel step, FIFO and the allocator on
 #      CUDA against the CPU, the memory estimate against the CUDA peak);
-#   2. one online replan at 1,024 and 4,096 GPUs on CUDA (bench/online_replan.py:
+#   2. whether a seed gives one plan on CUDA (three runs of the allocator on two
+#      of the seven, default settings: the relaxation on the GPU);
+#      one online replan at 1,024 and 4,096 GPUs on CUDA (bench/online_replan.py:
 #      the allocator's full and light replans and greedy's, on the view the
 #      loop builds at step 48): can thousands of GPUs be replanned within a step;
 #   3. the GPU ladder of bench/speed.py, 512 x 1500 x 168 up to
@@ -10,7 +12,8 @@
 #      (solver.rounding=priority), with a total time budget so the script ends in time
 #      (rungs it could not start are listed as skipped). Rows are written
 #      after every run, so even a cut ladder leaves its results.
-# Writes under bench/results/: gpu_tests.txt, gpu_smi.txt, online_replan_gpu.{md,json},
+# Writes under bench/results/: gpu_tests.txt, gpu_smi.txt, gpu_repeat.txt,
+# online_replan_gpu.{md,json},
 # speed_gpu.{md,json}, speed_gpu_4096_priority.{md,json}.
 #
 #   bash bench/gpu.sh            # from anywhere; runs in the repository root
@@ -41,6 +44,20 @@ echo "== pytest -m gpu"
 timeout 150 $PY -m pytest -m gpu -v -rs -o faulthandler_timeout=60 --durations=0 tests 2>&1 \
   | tee bench/results/gpu_tests.txt
 tests_rc=${PIPESTATUS[0]}
+
+echo "== one plan per seed on CUDA?"
+# The Triton step adds partial sums with atomic adds in no fixed order: do two
+# runs of the same seed give the same plan? (On the CPU they do, bit for bit.)
+timeout 120 $PY - <<'PY' 2>&1 | tee bench/results/gpu_repeat.txt
+import hashlib
+import gpualloc as ga
+for name in ("mixed", "heterogeneous"):
+    s = ga.generate(name, seed=0)
+    digests = [hashlib.sha256(ga.plan(s, "allocator", seed=0, device="cuda").owner.cpu()
+                              .numpy().tobytes()).hexdigest()[:16] for _ in range(3)]
+    print(name, "seed 0, three runs on CUDA:", " ".join(digests),
+          "same" if len(set(digests)) == 1 else "DIFFERENT")
+PY
 
 echo "== one online replan on CUDA"
 timeout 150 $PY -m bench.online_replan --device cuda --sizes 1024x3000x168,4096x10000x336 \
