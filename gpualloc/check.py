@@ -76,7 +76,7 @@ class _Rules:
         # begins. Stopped there and run later, such a job resumes: it restores.
         self.running = np.zeros(self.J, dtype=bool)
         if s.fixed is not None and self.T > 0:
-            held = s.fixed[:, 0].numpy()
+            held = s.fixed[:, 0].cpu().numpy()
             self.running[held[held >= 0]] = True
         self.min_served = column(lambda j: j.min_served, np.float64)
         self.demand = np.zeros((self.J, self.T), dtype=np.int64)  # before arrival: counts nowhere
