@@ -90,6 +90,7 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     count: a segment whose GPUs are no block breaks rule 2 anyway). One
     compiled pass (gpualloc.core.segments.read_segments; online, every
     replan reads them)."""
+    from gpualloc.core import fixed_jobs
     from gpualloc.core.segments import read_segments
 
     s = scenario
@@ -99,25 +100,14 @@ def segments(scenario: Scenario, owner: torch.Tensor) -> Segments:
     count = np.zeros((J, T), dtype=np.int64)
     new, restoring, progress, after_done = (np.zeros((J, T), dtype=np.bool_) for _ in range(4))
     done = np.zeros(J, dtype=np.bool_)
-    _refuse_cells(read_segments(grid, s.preemptible.numpy(), running_at_start(s),
+    # A view's fixed cells hold the jobs running when it begins (from step 0): stopped
+    # there and run later, such a job resumes (with_cuts plans it so).
+    _refuse_cells(read_segments(grid, s.preemptible.numpy(), fixed_jobs(s),
                                 s.restart_cost.numpy(), s.duration.numpy(), first, last, count,
                                 new, restoring, progress, after_done, done), J)
     out = [torch.from_numpy(a) for a in (first, last, count, new, restoring, progress,
                                          after_done, done)]
     return Segments(*out)
-
-
-def running_at_start(s: Scenario) -> np.ndarray:
-    """(J,) bool: the jobs an online view's fixed cells hold at step 0, running
-    when the view begins. A preemptible one that a plan stops there and runs
-    later resumes, so its first segment in the view restores
-    (gpualloc.scenario.edit.with_cuts plans that resumption as a copy of
-    restart_cost plus the rest)."""
-    running = np.zeros(s.J, dtype=np.bool_)
-    if s.fixed is not None and s.T > 0:
-        held = s.fixed[:, 0].cpu().numpy()
-        running[held[held >= 0]] = True
-    return running
 
 
 def empty_owner(scenario: Scenario, device: torch.device | str = "cpu") -> torch.Tensor:
