@@ -112,7 +112,8 @@ def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> 
     where it may cut: only its own way cuts (the plain backfill variant keeps
     the fixed cells), only inside the running segments, and a running job is
     first cut by a waiting one of higher priority (preempt_for). Its plan
-    of those steps is the first steps of its whole one. Online, the
+    of those steps is the first steps of its whole one, made only until no
+    waiting job outranks a victim still running. Online, the
     allocator asks this at every replan with preemptible jobs."""
     if s.fixed is None or not cfg.preempt:
         return {}
@@ -122,12 +123,24 @@ def running_cuts(s: Scenario, cfg: GreedyConfig, rivals: dict | None = None) -> 
         return {}
     victims = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
     victims[:-1] = fixed & s.preemptible.numpy() & (priority < priority[waiting].max())
-    held = victims[s.fixed.numpy()].any(0)  # (T,) steps such a job holds
+    fixed_cells = s.fixed.numpy()
+    held = victims[fixed_cells]  # (G, T) cells such a job holds
     if not held.any():
         return {}
-    steps = int(np.flatnonzero(held)[-1]) + 1
+    # A cut needs a waiting job above a victim still running. The queue's top
+    # priority never rises (an eviction queues a job below the evictor), and
+    # victims only end: once none running after t is below it, no step cuts.
+    ends = np.full(s.J + 1, -1, dtype=np.int64)
+    g, t = np.nonzero(held)
+    np.maximum.at(ends, fixed_cells[g, t], t)  # each victim's last held step
+    victim = np.flatnonzero(victims)
     planner = _Greedy(s, cfg)
-    if not cuts_in(s, planner.run(steps).owner):
+    for t in range(int(ends.max()) + 1):
+        planner.advance(t + 1)
+        queue = planner.queue
+        if not queue or not ((priority[victim] < priority[queue[0]]) & (ends[victim] > t)).any():
+            break
+    if not cuts_in(s, planner.run(planner.now).owner):
         return {}
     plan = planner.run()  # the whole plan: these steps, then the rest
     plain = rivals.get("backfill") if cfg.variants and rivals else None
@@ -628,15 +641,18 @@ class _Greedy:
     def run(self, window: int | None = None) -> Plan:
         """The plan of the steps before `window` (None: all), going on from
         the steps an earlier call planned."""
-        end = self.lay.T if window is None else min(window, self.lay.T)
-        for t in range(self.now, end):
-            if self.queue:
-                self.schedule_rigid(t)
-            self.serve_elastic(t)
-        self.now = max(self.now, end)
+        self.advance(self.lay.T if window is None else window)
         owner = owner_of(self.owner)
         info = {"repack_checks": self.foot.repacks}
         if self.preempt:
             info["evictions"] = self.evictions
         return Plan(owner=owner, info=info)
 
+    def advance(self, end: int) -> None:
+        """Plan the steps from the last one planned up to `end`."""
+        end = min(end, self.lay.T)
+        for t in range(self.now, end):
+            if self.queue:
+                self.schedule_rigid(t)
+            self.serve_elastic(t)
+        self.now = max(self.now, end)
