@@ -524,10 +524,10 @@ def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
     assert check(cut, plan).ok
 
 
-def test_greedys_cuts_of_running_jobs_are_those_of_its_whole_plan():
-    # running_cuts makes greedy's whole plan (both variants weighed) only
-    # where it may cut, and answers "none" from greedy's own plan of the
-    # running segments' steps, or from priorities alone. Views of an online
+def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan():
+    # running_cuts plans only the running segments' steps, and only while a
+    # waiting job outranks a victim still running, yet answers as greedy's
+    # whole plan its own way (no backfill variant) would. Views of an online
     # run with training preemptible, some cut and some not.
     from collections import Counter
 
@@ -546,7 +546,7 @@ def test_greedys_cuts_of_running_jobs_are_those_of_its_whole_plan():
            on_view=lambda *v: views.append(v[1]))
     seen = Counter()
     for v in views:
-        whole = cuts_in(v, greedy(v, GreedyConfig(), "cpu", rivals("cpu")).owner)
-        assert running_cuts(v, GreedyConfig(), rivals("cpu")) == whole
+        whole = cuts_in(v, greedy(v, GreedyConfig(variants=False)).owner)
+        assert running_cuts(v, GreedyConfig()) == whole
         seen[bool(whole)] += 1
     assert seen[True] and seen[False], seen

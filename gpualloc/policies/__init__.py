@@ -95,7 +95,7 @@ class Policy:
 def rivals(device: torch.device | str = "cpu") -> Rivals:
     """The plans other policies are weighed against, default settings each:
     fifo, backfill, greedy, greedy without preemption (`greedy_whole`), and
-    the running jobs greedy's plan cuts (`greedy_cuts`)."""
+    the running jobs greedy's own way cuts (`greedy_cuts`)."""
     from gpualloc.config import GreedyConfig
     from gpualloc.policies.backfill import backfill
     from gpualloc.policies.fifo import fifo
@@ -106,7 +106,7 @@ def rivals(device: torch.device | str = "cpu") -> Rivals:
             "greedy": lambda s: greedy(s, GreedyConfig(), "cpu", rivals(device)),
             "greedy_whole": lambda s: greedy(s, GreedyConfig(preempt=False), "cpu",
                                              rivals(device)),
-            "greedy_cuts": lambda s: running_cuts(s, GreedyConfig(), rivals(device))}
+            "greedy_cuts": lambda s: running_cuts(s, GreedyConfig())}
 
 
 def _fifo(s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:

@@ -248,7 +248,7 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
         preemptive = rivals["greedy"](s).owner
         options["greedy's preemption"] = preemptive
         cuts = cuts_in(s, preemptive)
-    elif "greedy_cuts" in rivals:  # greedy's cuts alone, made whole only where it may cut
+    elif "greedy_cuts" in rivals:  # the running jobs greedy's own way cuts
         cuts = rivals["greedy_cuts"](s)
     if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
         options["greedy's cuts"] = _after_cuts(s, cuts, cfg, rivals)
