@@ -49,15 +49,3 @@ def value(s: Scenario, owner: torch.Tensor, discount: float = 0.0) -> float:
 def weighted_throughput(s: Scenario, owner: torch.Tensor) -> float:
     """PROBLEM.md's objective: sum over j, t of priority_j * useful(j, t)."""
     return value(s, owner)
-
-
-def ideal_throughput(s: Scenario) -> float:
-    """A weighted throughput no plan of `s` exceeds: every placeable rigid job
-    held whole from its arrival (cut by the horizon), every replica wanted
-    served. A plan that reaches it is optimal."""
-    ok = ~s.unplaceable
-    steps = (torch.minimum(s.duration, s.T - s.arrival.clamp(min=0))).clamp(min=0)
-    rigid = (s.priority * s.gpus * steps)[s.rigid & ok].double().sum()
-    elastic = ~s.rigid & ok
-    served = (s.priority[elastic, None] * s.gpus[elastic, None] * s.demand[elastic]).double().sum()
-    return float(rigid + served)

@@ -3,8 +3,9 @@ import torch
 from hypothesis import given, settings
 
 from gpualloc.check import check
+from gpualloc.core import ideal_throughput
 from gpualloc.metrics import gains, metrics, weighted_throughput
-from gpualloc.objective import ideal_throughput, job_values, value
+from gpualloc.objective import job_values, value
 from gpualloc.scenario import from_dict
 from strategies import scenarios
 

@@ -144,3 +144,39 @@ def fixed_jobs(s: Scenario) -> np.ndarray:
     if s.fixed is not None:
         out[s.fixed.cpu().numpy()] = True
     return out[:-1]
+
+
+def ordered_sum(x: np.ndarray) -> float:
+    """The sum of x in index order. numpy's `sum` adds in an order that
+    depends on the CPU's vector width (AVX-512 or not): discounted values,
+    which are not integers, then differ in their last bits from machine to
+    machine, and a tie between two plans can break either way. One order
+    gives one plan per seed on every machine."""
+    return float(np.add.accumulate(x)[-1]) if len(x) else 0.0
+
+
+def ideal_value(lay, rigid: np.ndarray, elastic: np.ndarray, demand: np.ndarray,
+                step_weight: np.ndarray | None = None) -> float:
+    """A value no plan exceeds (PROBLEM.md's objective; with `step_weight`
+    (T,), discounted): the `rigid` jobs each held whole from its arrival, cut
+    by the horizon, and every replica the `elastic` jobs want in `demand`
+    (J, T) served. A plan that reaches it is optimal. `lay`: core.layout."""
+    worth = lay.priority * lay.gpus  # a job's value per GPU-step of its size
+    start = np.minimum(lay.arrival[rigid], lay.T)
+    steps = np.minimum(lay.duration[rigid], lay.T - start)
+    per_step = (worth[elastic][:, None] * demand[elastic]).sum(0)  # (T,)
+    if step_weight is not None:
+        cum_weight = np.concatenate([[0.0], np.cumsum(step_weight)])
+        steps = cum_weight[start + steps] - cum_weight[start]
+        per_step = per_step * step_weight
+    return ordered_sum(worth[rigid] * steps) + ordered_sum(per_step)
+
+
+def ideal_throughput(s: Scenario) -> float:
+    """ideal_value of `s` undiscounted: every placeable rigid job and every
+    replica wanted (the bound greedy trusts to skip a variant)."""
+    from gpualloc.core.layout import layout
+    lay = layout(s)
+    ok = ~lay.unplaceable
+    return ideal_value(lay, np.flatnonzero(lay.rigid & ok), np.flatnonzero(~lay.rigid & ok),
+                       lay.demand)

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from numba import njit
 
-from gpualloc.core import (fixed_jobs, owner_of, priority_order, service_order, still_wanted,
-                           time_major)
+from gpualloc.core import (fixed_jobs, ideal_value, ordered_sum, owner_of, priority_order,
+                           service_order, still_wanted, time_major)
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.guard import DemandGuard, guarded_find, guarded_fit
 from gpualloc.core.insert import insert_serial
@@ -79,15 +79,6 @@ def serve_span(lo, hi, busy, owner, has_owner, elastic_value, elastic_used, orde
             used += gpus[jobs[i]] * served[i, c]
         elastic_value[lo + c] = value * step_weight[lo + c] if discounted else value
         elastic_used[lo + c] = used
-
-
-def _sum(x: np.ndarray) -> float:
-    """The sum of x in index order. numpy's `sum` adds in an order that
-    depends on the CPU's vector width (AVX-512 or not): discounted values,
-    which are not integers, then differ in their last bits from machine to
-    machine, and a tie between two plans can break either way. One order
-    gives one plan per seed on every machine."""
-    return float(np.add.accumulate(x)[-1]) if len(x) else 0.0
 
 
 class Schedule:
@@ -260,23 +251,13 @@ class Schedule:
                    lay.pool_nodes, lay.gpu_node, self.classes, lay.gpu_pool)
 
     def value(self) -> float:
-        return self.rigid_value() + _sum(self.elastic_value)
+        return self.rigid_value() + ordered_sum(self.elastic_value)
 
     def ideal_value(self) -> float:
         """A value no plan exceeds: every rigid job still to plan started at
         its arrival and run whole, every replica still wanted served."""
-        lay = self.lay
-        j = self._to_plan()
-        start = np.minimum(lay.arrival[j], self.T)
-        steps = np.minimum(lay.duration[j], self.T - start)
-        if self.discounted:
-            steps = self.cum_weight[start + steps] - self.cum_weight[start]
-        rigid = _sum(self._worth[j] * steps)
-        e = np.asarray(self.elastic, dtype=np.int64)
-        per_step = ((lay.priority[e] * lay.gpus[e])[:, None] * self.demand[e]).sum(0)  # (T,)
-        if self.discounted:
-            per_step = per_step * self.step_weight
-        return rigid + _sum(per_step)
+        return ideal_value(self.lay, self._to_plan(), np.asarray(self.elastic, dtype=np.int64),
+                           self.demand, self.step_weight if self.discounted else None)
 
     def _to_plan(self) -> np.ndarray:
         lay = self.lay

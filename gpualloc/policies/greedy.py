@@ -51,8 +51,8 @@ import torch
 from numba import njit
 
 from gpualloc.config import GreedyConfig
-from gpualloc.core import (PoolDemand, fixed_jobs, owner_of, priority_order, service_order,
-                           still_wanted, time_major)
+from gpualloc.core import (PoolDemand, fixed_jobs, ideal_throughput, owner_of, priority_order,
+                           service_order, still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
 from gpualloc.core.classes import serve_step
@@ -62,7 +62,7 @@ from gpualloc.core.footprint import EPS, Footprint, worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.segments import cuts_in
-from gpualloc.objective import ideal_throughput, weighted_throughput
+from gpualloc.objective import weighted_throughput
 from gpualloc.plan import Plan
 from gpualloc.scenario import Scenario
 
