@@ -71,5 +71,6 @@ def with_cuts(s: Scenario, cuts: dict[int, int]) -> Scenario:
         jobs.append(replace(job, id=f"{job.id} (resumed)", arrival=kept + 1, preemptible=False,
                             restart_cost=0,
                             duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
-    return Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
-                    jobs=jobs, fixed=fixed)
+    out = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
+                   jobs=jobs, fixed=fixed)
+    return out.share_cluster(s)  # the same cluster: online, at many replans
