@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gpualloc.core.layout import layout
 from gpualloc.plan import held
 from gpualloc.scenario import Scenario
 
@@ -175,7 +176,6 @@ def ideal_value(lay, rigid: np.ndarray, elastic: np.ndarray, demand: np.ndarray,
 def ideal_throughput(s: Scenario) -> float:
     """ideal_value of `s` undiscounted: every placeable rigid job and every
     replica wanted (the bound greedy trusts to skip a variant)."""
-    from gpualloc.core.layout import layout
     lay = layout(s)
     ok = ~lay.unplaceable
     return ideal_value(lay, np.flatnonzero(lay.rigid & ok), np.flatnonzero(~lay.rigid & ok),

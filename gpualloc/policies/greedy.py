@@ -132,8 +132,8 @@ def running_cuts(s: Scenario, cfg: GreedyConfig) -> dict[int, int]:
     # priority never rises (an eviction queues a job below the evictor), and
     # victims only end: once none running after t is below it, no step cuts.
     ends = np.full(s.J + 1, -1, dtype=np.int64)
-    g, t = np.nonzero(held)
-    np.maximum.at(ends, fixed_cells[g, t], t)  # each victim's last held step
+    gpu, step = np.nonzero(held)
+    np.maximum.at(ends, fixed_cells[gpu, step], step)  # each victim's last held step
     victim = np.flatnonzero(victims)
     planner = _Greedy(s, cfg)
     for t in range(int(ends.max()) + 1):
