@@ -524,7 +524,8 @@ def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
     assert check(cut, plan).ok
 
 
-def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan():
+@pytest.mark.parametrize("name,seed", [("training_heavy", 0), ("heterogeneous", 1), ("mixed", 2)])
+def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan(name, seed):
     # running_cuts plans only the running segments' steps, and only while a
     # waiting job outranks a victim still running, yet answers as greedy's
     # whole plan its own way (no backfill variant) would. Views of an online
@@ -539,7 +540,7 @@ def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan():
     from gpualloc.policies.greedy import greedy, running_cuts
     from gpualloc.scenario.edit import with_min_served, with_preemption
 
-    s = with_preemption(generate("training_heavy", seed=0, horizon=48), ["training"], 1)
+    s = with_preemption(generate(name, seed=seed, horizon=48), ["training"], 1)
     s = with_min_served(s, 1.0)
     views = []
     online(s, POLICIES["greedy"], run_config(mode="online", online={"replan_every": 6}),
