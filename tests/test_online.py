@@ -524,3 +524,22 @@ def test_jobs_planned_later_in_the_window_are_decided_at_their_start(rise, servi
     if rise:
         served = (plan.owner == 2).sum(0)[2:6]
         assert (served == (8 if started is None else 4)).all()
+
+
+def test_the_autoscaler_packs_a_step_the_best_way_the_core_packs_one():
+    # Rigid work leaves GPUs 0-1 (node 0) and 4 (node 1) free. First fit puts
+    # the 1-GPU service on GPU 0 and leaves the 2-GPU one out; the core's
+    # best fit (the service at a skipped step) serves both.
+    from scenarios import elastic, rigid, scen
+    from gpualloc.online.serve import serve
+    from gpualloc.online.view import Committed
+
+    s = scen([(2, 4, "H")], [rigid("a", 2, 2), rigid("b", 3, 2),
+                             elastic("one", 1, [1, 1], priority=9),
+                             elastic("two", 2, [1, 1], priority=5)], horizon=2)
+    owner = empty_owner(s)
+    owner[2:4], owner[5:8] = 0, 1
+    serve(s, None, 0, 2, owner, Committed(start={0: (0, 2), 1: (0, 5)}))
+    for t in range(2):
+        assert (owner[:, t] == 2).sum() == 1 and (owner[:, t] == 3).sum() == 2
+    check(s, owner)

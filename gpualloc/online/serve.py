@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from gpualloc.core import service_order
+from gpualloc.core.classes import serve_step
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.core.reclaim import held_replicas, reclaim
@@ -61,14 +62,18 @@ def serve(s: Scenario, replicas: np.ndarray | None, tau: int, stop: int, owner: 
 def _fill(lay, window: np.ndarray, order: list[int], guaranteed: np.ndarray,
           actual: np.ndarray) -> None:
     """Free GPUs of `window` (C, G) to the services in `order`: each one's
-    guaranteed replicas first (all services), then the rest of its demand."""
+    guaranteed replicas first (all services), then the rest of its demand,
+    each step packed the best way the core packs one (core.classes.serve_step,
+    as at a step no replan planned): first fit alone leaves a multi-GPU
+    replica out where a 1-GPU one split the only run that held it."""
     if not order or not len(window):
         return
-    held = np.stack([held_replicas(lay, col, order) for col in window], 1)  # (E, C)
-    short = np.maximum(guaranteed[order] - held, 0)
-    served = fill_elastic(lay, window == IDLE, window, order, short)
-    unmet = np.maximum(actual[order] - held - served, 0)
-    fill_elastic(lay, window == IDLE, window, order, unmet)
+    jobs = np.asarray(order, dtype=np.int64)
+    for col, floor, wanted in zip(window, guaranteed[order].T, actual[order].T):
+        for want in (floor, wanted):
+            need = np.maximum(want - held_replicas(lay, col, jobs), 0)
+            if need.any():
+                serve_step(lay, col, col == IDLE, jobs, need, by_class=True)
 
 
 def _requeue(committed: Committed, j: int, tau: int, c: int, owner: torch.Tensor,
