@@ -425,6 +425,48 @@ def test_online_plans_with_preemption_pass_the_checker(s, every):
         assert verdict.ok_but_guarantee, f"{name}: {verdict}"
 
 
+@settings(max_examples=15, deadline=None)
+@given(scenarios(max_jobs=6, max_horizon=10, preemptible=True), st.sampled_from([1, 3]),
+       st.sampled_from([0.0, 1.0]))
+def test_every_online_view_holds_its_running_jobs_from_the_first_step(s, every, min_served):
+    # "Running when a view begins" is read twice: the checker reads a fixed
+    # cell at step 0, the core (plan.segments, Occupancy) any fixed cell.
+    # They agree because a view's fixed cells of a job are one run from step
+    # 0: every view the loop builds, at replans and at the steps between
+    # (guarded starts with min_served, due jobs, fills), is checked here.
+    import sys
+    from unittest import mock
+
+    import gpualloc as ga
+    import gpualloc.online  # noqa: F401  (loads the loop's module)
+
+    loop = sys.modules["gpualloc.online.loop"]
+    views = []
+
+    def recording(*args, **kw):
+        made = real(*args, **kw)
+        views.append(made[0])
+        return made
+
+    real = loop.view_at
+    with mock.patch.object(loop, "view_at", recording):
+        for name in ("greedy", "allocator"):
+            try:
+                ga.plan(s, name, mode="online", online={"replan_every": every},
+                        solver=QUICK, min_served=min_served)
+            except ga.ScenarioError:  # the guarantee infeasible on this cluster
+                continue
+    for v in views:
+        if v.T == 0:
+            continue
+        fixed = v.fixed.numpy()
+        jobs = set(fixed[fixed >= 0].tolist())
+        assert jobs == set(fixed[:, 0][fixed[:, 0] >= 0].tolist())
+        for vj in jobs:
+            steps = (fixed == vj).any(0)
+            assert steps.all() or not steps[steps.argmin():].any()  # one run from 0
+
+
 def test_the_run_table_shows_preemptions_when_jobs_are_preemptible():
     from gpualloc.report import format_run_table
 
