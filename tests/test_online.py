@@ -213,12 +213,41 @@ def test_oracle_arrivals_are_seen_early_and_start_no_sooner():
     assert value["oracle"] == float((s.priority[offline[offline >= 0]]).sum())
 
 
-@given(scenario_docs(max_horizon=12), st.integers(1, 3))
-def test_oracle_arrivals_plans_are_feasible(doc, every):
+@given(scenario_docs(max_horizon=12), st.integers(1, 3), st.sampled_from(["light", "none"]))
+def test_oracle_arrivals_plans_are_feasible(doc, every, on_arrival):
     s = from_dict(doc)
     for policy in REPLANNING:
-        plan, _ = run_online(s, "last_day", every, policy=POLICIES[policy], arrivals="oracle")
+        plan, _ = run_online(s, "last_day", every, policy=POLICIES[policy], arrivals="oracle",
+                             replan_on_arrival=on_arrival)
         assert check(s, plan.owner).ok, policy
+
+
+@pytest.mark.parametrize("duration", [1, 3])
+def test_an_arrival_the_replan_planned_is_decided_at_its_planned_start_only(duration):
+    # With online.arrivals=oracle a replan plans jobs that arrive inside its
+    # window. One planned to start after its arrival is due then (decided at
+    # that step); the fill between replans, for arrivals the replan did not
+    # plan, must not start it at its arrival as well (it ran twice, or was
+    # done and missing from the view at its planned step).
+    doc = {"name": "a", "horizon": 8, "step_minutes": 60,
+           "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 2,
+                                  "gpu_type": "H", "memory_gb": 80}]},
+           "jobs": [{"id": "late", "kind": "batch_inference", "priority": 1, "arrival": 1,
+                     "gpus": 1, "duration": duration}]}
+    s = from_dict(doc)
+
+    def two_steps_late(v, cfg=None, device="cpu"):
+        owner = v.fixed.clone()
+        for j, job in enumerate(v.jobs):
+            if not (v.fixed == j).any():
+                start = job.arrival + 2
+                owner[0, start:start + job.duration] = j
+        return Plan(owner=owner)
+
+    plan, _ = run_online(s, "last_day", 6, policy=two_steps_late, arrivals="oracle",
+                         replan_on_arrival="none")
+    assert check(s, plan.owner).ok
+    assert plan.owner[0].tolist() == [-1, -1, -1] + [0] * duration + [-1] * (5 - duration)
 
 
 def observed(demand, arrival=0):

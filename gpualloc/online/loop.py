@@ -371,10 +371,11 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     if seg is None and bool(s.preemptible.any()):
         seg = segments(s, owner)
     progress = None if seg is None else seg.progress
-    # The window's arrivals that may fill, read once (thousands of jobs, issue 28).
+    # The window's arrivals that may fill, read once (thousands of jobs, issue 28);
+    # not those the replan planned (online.arrivals=oracle): they are due.
     fills = [j for j in torch.nonzero((s.arrival > tau) & (s.arrival < stop) & s.rigid
                                       & ~s.preemptible & ~s.unplaceable).flatten().tolist()
-             ] if o.fill_between else []
+             if j not in due] if o.fill_between else []
     for t in range(tau if guarded else tau + 1, stop):
         now_due = [j for j, (t0, _) in due.items() if t0 == t]
         new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]
