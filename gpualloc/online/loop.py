@@ -404,6 +404,9 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                 first = _start_due(sched, vj, due[j][1])
             else:
                 first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
+            end = min(t + s.jobs[j].duration, s.T)
+            if first is not None and not _free_in_plan(owner, seg, first, s.jobs[j].gpus, t, end):
+                first = None
             if first is not None and guarded and not _leaves_guarantee(s, owner, t, j, first):
                 first = None
             if first is None:
@@ -412,7 +415,6 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                     deferred += 1
                 continue
             sched.place(vj, 0, first)
-            end = min(t + s.jobs[j].duration, s.T)
             owner[first:first + s.jobs[j].gpus, t:end] = j
             committed.start[j], committed.end[j] = (t, first), end
             if j in waiting:
@@ -420,6 +422,18 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             elif j not in now_due:
                 filled += 1
     return filled, deferred
+
+
+def _free_in_plan(owner: torch.Tensor, seg: Segments | None, first: int, k: int, t: int,
+                  end: int) -> bool:
+    """Whether the executed plan leaves GPUs [first, first + k) free over
+    [t, end): idle, or held by a preemptible job after it is done (trimmed
+    later). A view between replans holds a preemptible job's last committed
+    segment only (Committed), not an earlier one still to come in the
+    window, which a start there would cut."""
+    cells = owner[first:first + k, t:end]
+    g, c = torch.nonzero(cells >= 0, as_tuple=True)
+    return not len(g) or (seg is not None and bool(seg.after_done[cells[g, c], t + c].all()))
 
 
 def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: int) -> bool:
