@@ -136,6 +136,18 @@ def compose_seven() -> dict[str, RunConfig]:
                 for n in SEVEN}
 
 
+def bound_of(s, exact_cfg: ExactConfig) -> dict:
+    """The best upper bound on `s`'s weighted throughput: the smaller of the LP
+    relaxation and the per-pool MIP's proven bound (the MIP may stop before
+    its root LP is solved: the smaller wins). bound, kind ("LP" or "MIP"),
+    lp and mip values (None: none), seconds, and both runs (LPBound)."""
+    lp = lp_relaxation(s, exact_cfg)
+    mip = mip_bound(s, exact_cfg)
+    bound = min(b for b in (lp.value, mip.value, float("inf")) if b is not None)
+    return {"bound": bound, "kind": "LP" if bound == lp.value else "MIP", "lp": lp.value,
+            "mip": mip.value, "seconds": lp.seconds + mip.seconds, "lp_run": lp, "mip_run": mip}
+
+
 def run_seven(seeds, cfgs: dict[str, RunConfig], exact_cfg: ExactConfig, device, log):
     rows = []
     for name in SEVEN:
@@ -146,15 +158,13 @@ def run_seven(seeds, cfgs: dict[str, RunConfig], exact_cfg: ExactConfig, device,
                    "timesteps": s.T, "offered_load": s.offered_load,
                    "policies": {p: timed(p, s, cfg, device) for p in heuristics()}}
             row["exact_variables"] = model_size(s)  # vs exact.max_variables
-            lp = lp_relaxation(s, exact_cfg)
-            # The per-pool MIP may stop before its root LP is solved: the smaller wins.
-            mip = mip_bound(s, exact_cfg)
-            bound = min(b for b in (lp.value, mip.value, float("inf")) if b is not None)
-            row.update(bound=bound, bound_kind="LP" if bound == lp.value else "MIP",
+            b = bound_of(s, exact_cfg)
+            lp, mip = b["lp_run"], b["mip_run"]
+            row.update(bound=b["bound"], bound_kind=b["kind"],
                        lp=lp.value, lp_level=lp.level, lp_s=lp.seconds, lp_status=lp.status,
                        mip=mip.value, mip_s=mip.seconds, mip_status=mip.status)
             for r in row["policies"].values():
-                r["gap"] = gap(r["objective"], bound)
+                r["gap"] = gap(r["objective"], b["bound"])
                 r["gap_lp"] = gap(r["objective"], lp.value)
             rows.append(row)
             log(f"{name:18s} seed {seed}: " + "  ".join(

@@ -184,3 +184,43 @@ def test_online_information_tables_divide_each_run_by_its_own_offline_plan():
     assert "| mixed | allocator | x0.5000 | x0.5000 | x0.5000 | x0.5000 |" in md
     # allocator / greedy online: 55 / 50 and 45 / 50, one run below
     assert "| both | 2 | x0.9950 | x0.9000 | 1 | x0.5000, x0.5000 |" in md
+
+
+def test_online_bound_judges_each_run_against_the_room_above_fifo():
+    from bench.online_bound import cases, judge, markdown
+
+    rows = [{"kind": "seven", "case": "mixed", "seed": 0, "role": "seven", "G": 8, "J": 3,
+             "T": 4, "policy": p, "mode": mode, "replan_every": every, "guarantee": False,
+             "weighted_throughput": v}
+            for p, mode, every, v in [("fifo", "offline", None, 50.0),
+                                      ("greedy", "offline", None, 90.0),
+                                      ("greedy", "online", 6, 80.0)]]
+    rows.append({**rows[1], "guarantee": True, "weighted_throughput": 10.0})  # not judged
+    (case,) = cases([{"rows": rows}])
+    judge(case, 100.0)
+    assert case["gap"] == pytest.approx({"fifo offline": 0.5, "greedy offline": 0.1,
+                                         "greedy online 6": 0.2})
+    assert case["share"]["greedy online 6"] == pytest.approx(0.6)
+    md = markdown({"machine": {"cpu": "x", "cores": 2}, "commit": "c", "from": ["a.json"],
+                   "from_commits": ["b"], "command": "cmd", "policies": ["greedy"],
+                   "cases": [{**case, "bound_kind": "LP"}],
+                   "summary": {"mixed": {"seeds": "0", "bound_s": 1.0,
+                                         "gap": case["gap"]}}})
+    assert "| mixed | 0 | 1.0 | 10.00% | 20.00% | - |" in md
+    assert "80 (20.00%, 60.0%)" in md
+
+
+def test_the_bound_is_above_every_plan_offline_and_online():
+    pytest.importorskip("highspy")
+    import gpualloc as ga
+    from bench.quality import SMALL, bound_of
+    from gpualloc.config import ExactConfig
+
+    for seed in range(3):  # bench.quality's small scenarios: bounded in milliseconds
+        s = generate(SMALL, seed)
+        b = bound_of(s, ExactConfig(mip_time_limit_s=5.0))
+        assert b["bound"] < float("inf")
+        for policy in ("fifo", "greedy", "allocator"):
+            for kw in ({}, {"mode": "online", "online": {"replan_every": 6}}):
+                p = ga.plan(s, policy, seed=0, **kw)  # checked by ga.plan
+                assert ga.metrics(s, p)["weighted_throughput"] <= b["bound"] + 1e-6
