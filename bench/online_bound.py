@@ -97,7 +97,7 @@ def markdown(result: dict) -> str:
             "-" if s["gap"].get(h) is None else f"{100 * s['gap'][h]:.2f}%" for h in heads)
             + " |")
     lines += ["", "## Per run", "",
-              "| case | seed | bound | kind | FIFO share | " + " | ".join(
+              "| case | seed | bound | kind | FIFO | " + " | ".join(
                   f"{h} (gap, share)" for h in heads) + " |",
               "|---|---|---|---|---|" + "---|" * len(heads)]
     for c in result["cases"]:
