@@ -11,7 +11,7 @@ their seeds) and the real-trace windows, as `bench.quality` bounds the seven:
 the smaller of the LP relaxation and the per-pool MIP's proven bound (HiGHS,
 exact.mip_time_limit_s). The bound is offline, every job and the true demand
 known, so it bounds any online plan too. The generated speed cases are not
-bounded (their LP alone takes minutes).
+bounded here.
 
 gap = 1 - value / bound; share = (value - FIFO) / (bound - FIFO), the part of
 the room above FIFO's plan that a plan takes.
@@ -28,9 +28,6 @@ from pathlib import Path
 from bench.common import provenance, write_results
 from bench.online_traces import TRACES
 from bench.quality import bound_of
-
-MODES = [("offline", None), ("online", 6), ("online", 1)]
-
 
 def scenario(row: dict):
     import gpualloc as ga
@@ -53,7 +50,7 @@ def cases(runs: list[dict]) -> list[dict]:
             case = out.setdefault(key, {"kind": r["kind"], "case": r["case"], "seed": r["seed"],
                                         "role": r["role"], "G": r["G"], "J": r["J"],
                                         "T": r["T"], "values": {}})
-            case["values"][f"{r['policy']} {r['mode']} {r['replan_every'] or ''}".strip()] = (
+            case["values"][column(r["policy"], r["mode"], r["replan_every"])] = (
                 r["weighted_throughput"])
     return list(out.values())
 
@@ -87,8 +84,8 @@ def markdown(result: dict) -> str:
              "the room above FIFO's plan a plan takes (- where FIFO is at the bound). Online: "
              "replanning every N steps and at arrivals, forecast `last_day`, defaults "
              "otherwise.", ""]
-    policies = result["policies"]
-    heads = [column(p, mo, e) for p in policies for mo, e in MODES]
+    modes = [("offline", None)] + [("online", e) for e in result["replan_every"]]
+    heads = [column(p, mo, e) for p in result["policies"] for mo, e in modes]
     lines += ["## Mean gap to the bound, per scenario", "",
               "| case | seeds | bound s | " + " | ".join(heads) + " |",
               "|---|---|---|" + "---|" * len(heads)]
@@ -126,7 +123,7 @@ def main(argv=None) -> int:
     policies = [p for p in runs[0]["policies"] if p != "fifo"]
     result = {**provenance("bench.online_bound", argv), "from": args.runs,
               "from_commits": [r["machine"].get("commit", "?") for r in runs],
-              "policies": policies, "cases": []}
+              "policies": policies, "replan_every": runs[0]["replan_every"], "cases": []}
     exact = ExactConfig()
     if args.lp_time_limit is not None:
         exact = replace(exact, lp_time_limit_s=args.lp_time_limit)
