@@ -29,6 +29,7 @@ from bench.common import provenance, write_results
 from bench.online_traces import TRACES
 from bench.quality import bound_of
 
+
 def scenario(row: dict):
     import gpualloc as ga
 
@@ -82,8 +83,8 @@ def markdown(result: dict) -> str:
              "offline (every job and the true demand known): no online plan can pass it. "
              "gap = 1 - value / bound; share = (value - FIFO) / (bound - FIFO), the part of "
              "the room above FIFO's plan a plan takes (- where FIFO is at the bound). Online: "
-             "replanning every N steps and at arrivals, forecast `last_day`, defaults "
-             "otherwise.", ""]
+             f"replanning every N steps and at arrivals, forecast `{result['forecast']}`, "
+             "defaults otherwise.", ""]
     modes = [("offline", None)] + [("online", e) for e in result["replan_every"]]
     heads = [column(p, mo, e) for p in result["policies"] for mo, e in modes]
     lines += ["## Mean gap to the bound, per scenario", "",
@@ -123,7 +124,8 @@ def main(argv=None) -> int:
     policies = [p for p in runs[0]["policies"] if p != "fifo"]
     result = {**provenance("bench.online_bound", argv), "from": args.runs,
               "from_commits": [r["machine"].get("commit", "?") for r in runs],
-              "policies": policies, "replan_every": runs[0]["replan_every"], "cases": []}
+              "policies": policies, "replan_every": runs[0]["replan_every"],
+              "forecast": runs[0]["forecast"], "cases": []}
     exact = ExactConfig()
     if args.lp_time_limit is not None:
         exact = replace(exact, lp_time_limit_s=args.lp_time_limit)

@@ -203,7 +203,7 @@ def test_online_bound_judges_each_run_against_the_room_above_fifo():
     assert case["share"]["greedy online 6"] == pytest.approx(0.6)
     md = markdown({"machine": {"cpu": "x", "cores": 2}, "commit": "c", "from": ["a.json"],
                    "from_commits": ["b"], "command": "cmd", "policies": ["greedy"],
-                   "replan_every": [6, 1],
+                   "replan_every": [6, 1], "forecast": "last_day",
                    "cases": [{**case, "bound_kind": "LP"}],
                    "summary": {"mixed": {"seeds": "0", "bound_s": 1.0,
                                          "gap": case["gap"]}}})
