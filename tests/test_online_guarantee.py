@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from scenarios import elastic, one_node, rigid, scen
+from scenarios import elastic, one_node, rigid
 from gpualloc.check import check, shortfall
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.core.layout import layout
@@ -107,22 +107,3 @@ def test_reclaim_takes_idle_then_excess_then_lowest_priority():
 def test_guarantee_headroom_is_checked():
     with pytest.raises(SettingError, match="guarantee_headroom"):
         OnlineConfig(guarantee_headroom=-0.5)
-
-
-@pytest.mark.parametrize("policy", ["greedy", "allocator"])
-def test_no_room_is_kept_above_the_forecast_by_default(policy):
-    """Two nodes of 4 GPUs: a guaranteed service of one 4-GPU replica at
-    every step (forecast: one), and two 1-GPU jobs that cannot yield. By
-    default they start at once beside the replica, which stays whole. A
-    headroom of 0.25, rounded up, doubles the one replica to the whole
-    cluster: they wait until the last step, where no forecast is left."""
-    s = scen([(2, 4, "H")], [rigid("a", 1, 12), rigid("b", 1, 12),
-                             elastic("svc", 4, [1] * 12, min_served=1.0)], horizon=12)
-    owner = run_policy(policy, s, RunConfig(mode="online", online=OnlineConfig(replan_every=6)),
-                       torch.device("cpu")).owner
-    assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
-    assert ((owner[:, 0] == 0).sum() == 1) and ((owner[:, 0] == 1).sum() == 1)
-    assert ((owner == 2).sum(0) == 4).all()  # the replica, whole at every step
-    owner = run_policy(policy, s, cfg(6, headroom=0.25), torch.device("cpu")).owner
-    assert check(s, owner).ok
-    assert not (owner[:, :-1] == 0).any() and not (owner[:, :-1] == 1).any()

@@ -25,18 +25,16 @@ class OnlineConfig:
     """last_day: the season in timesteps; null: one day (1440 / step_minutes)."""
     headroom: float = 1.0
     """Forecasts are multiplied by this (>= 1 over-provisions), then rounded up."""
-    guarantee_headroom: float = 0.0
+    guarantee_headroom: float = 0.25
     """Guaranteed services (min_served > 0): work that cannot yield (rigid,
-    not preemptible) starts only where their forecast, raised by this share
-    (0.25: a quarter above, rounded up), still fits beside it and the step's
-    guaranteed replicas still pack beside it, decided at its start step from
-    what is known then; plans use the forecast as it is. Whatever is left,
-    the step where actual demand rises reclaims GPUs from work that may
-    yield (gpualloc.online.loop). 0 (the default): no room kept above the
-    forecast. Rounded up, a share doubles a one-replica service; 0.25 held
-    no replica more on 76 tuning runs of the seven and 10 of `broad` (zero
-    short either way) and cost 2-3% and 9-10% of their value
-    (docs/results.md, s60)."""
+    not preemptible) starts only where their forecast raised by this share
+    (0.25: a quarter above, rounded up) still fits beside it, decided at its
+    start step from what is known then; plans use the forecast as it is.
+    Whatever is left, the step where actual demand rises reclaims GPUs from
+    work that may yield (gpualloc.online.loop). 0: no room kept (measured:
+    bench/results/online_guarantee_after28.md at 0, online_guarantee_commit25.md
+    at 0.25: 18-19 replicas short against none, for 2-5 points more value
+    lost to the guarantee)."""
     discount: float = 0.05
     """The allocator's per-step discount in each replan (solver.discount): a
     plan of the known jobs is indifferent to postponing work the horizon does

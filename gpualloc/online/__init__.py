@@ -90,9 +90,8 @@ are executed:
   non-preemptible committed work holds never yields: the replicas still
   missing are the plan's `guarantee_shortfall`. So that little is, with
   guaranteed services, work that cannot yield (not preemptible) starts only
-  where their forecast (raised by `online.guarantee_headroom`, 0 by
-  default) fits beside it and where the step's guaranteed replicas still
-  pack beside it (exactly, as
+  where their forecast raised by `online.guarantee_headroom` fits beside it
+  and where the step's guaranteed replicas still pack beside it (exactly, as
   a reclaimed step packs them), decided at its start step (tau's starts
   too); the replans plan with the forecast as it is.
 

@@ -47,10 +47,10 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # on comes from a plan made then.
     arrives = {j.arrival for j in s.jobs if j.rigid}
     # With guaranteed services, work that cannot yield starts only where their
-    # forecast (raised by the headroom, if any) fits and the step's guaranteed
-    # replicas still pack: every such start, at tau too, is decided at its
-    # step (_between_replans).
-    guarded = any(j.min_served > 0 for j in s.jobs if not j.rigid)
+    # forecast raised by the headroom fits and the step's guaranteed replicas
+    # still pack: every such start, at tau too, is decided at its step
+    # (_between_replans).
+    guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
     owner = empty_owner(s)  # (G, T) int64, the executed plan
@@ -354,8 +354,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's,
     but with `guarded`: guaranteed services' forecast raised by
-    online.guarantee_headroom, the step's guaranteed replicas packed, and
-    tau's own starts decided here too) with
+    online.guarantee_headroom, and tau's own starts decided here too) with
     the last plan's placements of jobs not yet started held:
     - `due` (online.commit_at_start): jobs the last plan starts at t start
       (`_start_due`), or wait and are tried again at each later step like
