@@ -107,3 +107,25 @@ def test_reclaim_takes_idle_then_excess_then_lowest_priority():
 def test_guarantee_headroom_is_checked():
     with pytest.raises(SettingError, match="guarantee_headroom"):
         OnlineConfig(guarantee_headroom=-0.5)
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+@pytest.mark.parametrize("preemptible", [True, False])
+def test_headroom_counts_what_preemptible_work_holds_as_room(policy, preemptible):
+    """One node of 8: a guaranteed service of one 2-GPU replica (forecast 1,
+    raised by the headroom to 2: 4 GPUs), a 4-GPU training job from step 0 to
+    6, and a 2-GPU batch job arriving at 1. Where the training job is
+    preemptible, the step's reclaim takes its GPUs when demand comes: the
+    batch job starts at once. Where it cannot yield either, the raised
+    forecast does not fit beside the two: the batch job waits until it fits
+    over the later steps of its run (the demand of the step it starts at is
+    observed, not forecast), from step 5."""
+    extra = {"preemptible": True, "restart_cost": 1} if preemptible else {}
+    s = one_node(12, [elastic("svc", 2, [1] * 12, min_served=1.0),
+                      rigid("train", 4, 6, **extra),
+                      rigid("batch", 2, 3, arrival=1, kind="batch_inference")])
+    owner = run_policy(policy, s, cfg(6, headroom=0.25), torch.device("cpu")).owner
+    assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
+    batch = torch.nonzero((owner == 2).any(0)).flatten().tolist()
+    assert batch == ([1, 2, 3] if preemptible else [5, 6, 7])
+    assert ((owner == 1).sum(0)[:6] == 4).all()  # training runs whole, never cut

@@ -90,10 +90,11 @@ are executed:
   non-preemptible committed work holds never yields: the replicas still
   missing are the plan's `guarantee_shortfall`. So that little is, with
   guaranteed services, work that cannot yield (not preemptible) starts only
-  where their forecast raised by `online.guarantee_headroom` fits beside it
-  and where the step's guaranteed replicas still pack beside it (exactly, as
-  a reclaimed step packs them), decided at its start step (tau's starts
-  too); the replans plan with the forecast as it is.
+  where their forecast raised by `online.guarantee_headroom` fits on the
+  GPUs that such work leaves beside it (what preemptible jobs hold counts:
+  a step reclaims it) and where the step's guaranteed replicas still pack
+  beside it (exactly, as a reclaimed step packs them), decided at its start
+  step (tau's starts too); the replans plan with the forecast as it is.
 
 The result is one plan of the whole scenario; `run` checks it like any other.
 FIFO is online by nature (its queue needs no future) and runs unchanged; note

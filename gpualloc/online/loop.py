@@ -11,7 +11,7 @@ import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
-from gpualloc.core.classes import serve_step
+from gpualloc.core.classes import serve_step, unions
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -47,9 +47,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # on comes from a plan made then.
     arrives = {j.arrival for j in s.jobs if j.rigid}
     # With guaranteed services, work that cannot yield starts only where their
-    # forecast raised by the headroom fits and the step's guaranteed replicas
-    # still pack: every such start, at tau too, is decided at its step
-    # (_between_replans).
+    # forecast raised by the headroom fits beside the work that cannot yield
+    # and the step's guaranteed replicas still pack: every such start, at tau
+    # too, is decided at its step (_between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = o.period_steps or max(1, round(1440 / s.step_minutes))
@@ -353,8 +353,10 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                      seg: Segments | None = None) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's,
-    but with `guarded`: guaranteed services' forecast raised by
-    online.guarantee_headroom, and tau's own starts decided here too) with
+    and with `guarded`, tau's own starts decided here too, and only where
+    the step's guaranteed replicas still pack and the guaranteed forecast
+    raised by online.guarantee_headroom fits beside the work that cannot
+    yield) with
     the last plan's placements of jobs not yet started held:
     - `due` (online.commit_at_start): jobs the last plan starts at t start
       (`_start_due`), or wait and are tried again at each later step like
@@ -385,8 +387,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
             now = replace(committed, progress=_made(s, committed, made))
-        v, index = view_at(s, t, o, oracle, now,
-                           headroom=o.guarantee_headroom if guarded else 0.0, copies=copies)
+        v, index = view_at(s, t, o, oracle, now, copies=copies)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)
@@ -407,7 +408,10 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             end = min(t + s.jobs[j].duration, s.T)
             if first is not None and not _free_in_plan(owner, seg, first, s.jobs[j].gpus, t, end):
                 first = None
-            if first is not None and guarded and not _leaves_guarantee(s, owner, t, j, first):
+            if first is not None and guarded and not (
+                    _leaves_guarantee(s, owner, t, j, first)
+                    and _room_for_guarantee(s, v, index, owner, t, j, first,
+                                            o.guarantee_headroom)):
                 first = None
             if first is None:
                 if j in now_due:
@@ -452,6 +456,36 @@ def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: i
     short = guaranteed_short(lay, column, order, guaranteed)
     column[first:first + int(lay.gpus[j])] = j
     return guaranteed_short(lay, column, order, guaranteed) <= short
+
+
+def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch.Tensor,
+                        t: int, j: int, first: int, share: float) -> bool:
+    """Whether, beside rigid job j (not preemptible) on the block at `first`,
+    the guaranteed replicas of each later step of its run, their forecast
+    (view `v`'s, made at t) raised by `share` and rounded up, still fit on
+    the GPUs that work which cannot yield leaves them: Hall's condition over
+    the services' pool sets, in GPUs, on each union that holds j's pool.
+    What preemptible jobs and replicas above a guarantee hold, a step's
+    reclaim takes when demand comes (online.guarantee_headroom)."""
+    lay = layout(s)
+    end = min(t + int(lay.duration[j]), s.T)
+    held = [vj for vj, job in enumerate(v.jobs) if not job.rigid and job.min_served > 0]
+    if end <= t + 1 or not held:
+        return True
+    services = [index[vj] for vj in held]
+    raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share) - 1e-9)  # (E, L)
+    min_served = np.array([v.jobs[vj].min_served for vj in held])
+    need = np.ceil(np.round(min_served[:, None] * raised, 9)) * lay.gpus[services][:, None]
+    cells = owner[:, t + 1:end].numpy()
+    rigid = np.append(lay.rigid & ~lay.preemptible, False)  # IDLE: the spare last entry
+    stays = rigid[cells]  # (G, L) GPUs held by work that cannot yield
+    stays[first:first + int(lay.gpus[j])] = True
+    free = np.zeros((lay.P, end - t - 1))
+    np.add.at(free, lay.gpu_pool, ~stays)
+    subsets = unions(lay, services)  # (U, P)
+    subsets = subsets[subsets[:, lay.gpu_pool[first]]]  # those j takes GPUs from
+    inside = (lay.pool_ok[services][None, :, :] <= subsets[:, None, :]).all(2)  # (U, E)
+    return bool((inside @ need <= subsets @ free + 1e-9).all())
 
 
 def _start_due(sched: Schedule, j: int, planned: int) -> int | None:

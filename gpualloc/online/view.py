@@ -95,24 +95,17 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
-            period: int | None = None, headroom: float = 0.0,
-            copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
+            period: int | None = None, copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then (with
     online.arrivals=oracle, the rigid jobs still to arrive too), the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
-    with `headroom`, guaranteed services' forecast raised by that share
-    (rounded up); `copies`, as `view` says. Returns the view and its jobs'
+    `copies`, as `view` says. Returns the view and its jobs'
     scenario indices (`view`)."""
     obs = visible(s, t, o.arrivals == "oracle")
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    if headroom > 0:
-        held = torch.tensor([k.min_served > 0 for k in obs.known if k.demand is not None],
-                            dtype=torch.bool)  # (E,)
-        raised = torch.ceil(future * (1 + headroom) - 1e-9).long()
-        future = torch.where(held[:, None], raised, future)
     expected = (expected_arrivals(obs, s.T - t, period)
                 if period is not None and o.arrivals == "history" else None)
     v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected,
