@@ -33,10 +33,11 @@ class OnlineConfig:
     decided at its start step from what is known then; plans use the
     forecast as it is. What preemptible jobs hold counts as room: the step
     where actual demand rises reclaims it (gpualloc.online.loop). 0: no
-    room kept and no such check (more value, replicas short). Chosen on
-    tuning seeds 6-17 of the seven (docs/results.md, s60): 0.5 left none
-    short on 122 runs where 0.25 left 12, and the rule before it (the
-    raised forecast beside all rigid work, 0.25) 7, for 2.4% less value."""
+    room kept and no such check (more value, replicas short). 0.5 is the
+    smallest share of 0.25, 0.5, 0.75 and 1 that left no replica short on
+    the 122 guaranteed runs of the seven's tuning seeds 6-17 (0.25: 12 short;
+    the rule before it, the forecast raised by 0.25 beside all rigid work:
+    7 short and 2.4% less value; docs/results.md, s60)."""
     discount: float = 0.05
     """The allocator's per-step discount in each replan (solver.discount): a
     plan of the known jobs is indifferent to postponing work the horizon does
