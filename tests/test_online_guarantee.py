@@ -29,8 +29,9 @@ def jumping(preemptible: bool, horizon: int = 16):
 
 
 def cfg(every: int, headroom: float = 0.0) -> RunConfig:
-    return RunConfig(mode="online", online=OnlineConfig(replan_every=every,
-                                                        guarantee_headroom=headroom))
+    """One share for every day (the first day's too)."""
+    return RunConfig(mode="online", online=OnlineConfig(
+        replan_every=every, guarantee_headroom=headroom, guarantee_headroom_first_day=headroom))
 
 
 @pytest.mark.parametrize("policy", ["greedy", "allocator"])
@@ -129,3 +130,22 @@ def test_headroom_counts_what_preemptible_work_holds_as_room(policy, preemptible
     batch = torch.nonzero((owner == 2).any(0)).flatten().tolist()
     assert batch == ([1, 2, 3] if preemptible else [5, 6, 7])
     assert ((owner == 1).sum(0)[:6] == 4).all()  # training runs whole, never cut
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+def test_a_service_without_a_day_of_history_gets_the_first_day_share(policy):
+    """One node of 8: a guaranteed service of one 2-GPU replica (forecast 1)
+    and a 4-GPU batch job from step 0. On the first day the forecast is the
+    current level repeated, and the share is 1.5: three replicas (6 GPUs)
+    do not fit beside the job, which waits for the second day, where 0.5
+    gives two (4 GPUs). With the first-day share at 0.5 it starts at once."""
+    s = one_node(30, [elastic("svc", 2, [1] * 30, min_served=1.0),
+                      rigid("batch", 4, 3, kind="batch_inference")])
+    starts = {}
+    for first_day in (1.5, 0.5):
+        run = RunConfig(mode="online", online=OnlineConfig(
+            replan_every=6, guarantee_headroom=0.5, guarantee_headroom_first_day=first_day))
+        owner = run_policy(policy, s, run, torch.device("cpu")).owner
+        assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
+        starts[first_day] = int(torch.nonzero((owner == 1).any(0)).flatten()[0])
+    assert starts == {1.5: 24, 0.5: 0}

@@ -410,8 +410,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                 first = None
             if first is not None and guarded and not (
                     _leaves_guarantee(s, owner, t, j, first)
-                    and _room_for_guarantee(s, v, index, owner, t, j, first,
-                                            o.guarantee_headroom)):
+                    and _room_for_guarantee(s, v, index, owner, t, j, first, o)):
                 first = None
             if first is None:
                 if j in now_due:
@@ -459,11 +458,13 @@ def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: i
 
 
 def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch.Tensor,
-                        t: int, j: int, first: int, share: float) -> bool:
+                        t: int, j: int, first: int, o: OnlineConfig) -> bool:
     """Whether, beside rigid job j (not preemptible) on the block at `first`,
     the guaranteed replicas of each later step of its run, their forecast
-    (view `v`'s, made at t) raised by `share` and rounded up, still fit on
-    the GPUs that work which cannot yield leaves them: Hall's condition over
+    (view `v`'s, made at t) raised by online.guarantee_headroom (its
+    first-day share where the service has less than a period of history)
+    and rounded up, still fit on the GPUs that work which cannot yield
+    leaves them: Hall's condition over
     the services' pool sets, in GPUs, on each union that holds j's pool.
     What preemptible jobs and replicas above a guarantee hold, a step's
     reclaim takes when demand comes (online.guarantee_headroom)."""
@@ -473,7 +474,10 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     if end <= t + 1 or not held:
         return True
     services = [index[vj] for vj in held]
-    raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share) - 1e-9)  # (E, L)
+    period = o.period_steps or max(1, round(1440 / s.step_minutes))
+    share = np.where(t - lay.arrival[services] < period, o.guarantee_headroom_first_day,
+                     o.guarantee_headroom)
+    raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
     min_served = np.array([v.jobs[vj].min_served for vj in held])
     need = np.ceil(np.round(min_served[:, None] * raised, 9)) * lay.gpus[services][:, None]
     cells = owner[:, t + 1:end].numpy()
