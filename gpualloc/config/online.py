@@ -34,11 +34,11 @@ class OnlineConfig:
     forecast as it is. What preemptible jobs hold counts as room: the step
     where actual demand rises reclaims it (gpualloc.online.loop). 0: no
     room kept and no such check, on the first day too (more value, replicas
-    short). 0.5 is the
-    smallest share of 0.25, 0.5, 0.75 and 1 that left no replica short on
-    the 122 guaranteed runs of the seven's tuning seeds 6-17 (0.25: 12 short;
-    the rule before it, the forecast raised by 0.25 beside all rigid work:
-    7 short and 2.4% less value; docs/results.md, s60)."""
+    short). 0.5 is the smallest share of 0.25, 0.5, 0.75 and 1 that left no
+    replica short on the 122 guaranteed runs of the seven's tuning seeds
+    6-17 (0.25: 12 short; the rule before it, the forecast raised by 0.25
+    beside all rigid work: 7 short and 2.4% less value; docs/results.md,
+    s60)."""
     guarantee_headroom_first_day: float = 1.5
     """guarantee_headroom for a service with less than a period (a day) of
     observed demand, when the forecast cannot know its daily shape yet

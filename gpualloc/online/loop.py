@@ -356,8 +356,7 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     and with `guarded`, tau's own starts decided here too, and only where
     the step's guaranteed replicas still pack and the guaranteed forecast
     raised by online.guarantee_headroom fits beside the work that cannot
-    yield) with
-    the last plan's placements of jobs not yet started held:
+    yield) with the last plan's placements of jobs not yet started held:
     - `due` (online.commit_at_start): jobs the last plan starts at t start
       (`_start_due`), or wait and are tried again at each later step like
       an arrival;
@@ -464,8 +463,8 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     (view `v`'s, made at t) raised by online.guarantee_headroom (its
     first-day share where the service has less than a period of history)
     and rounded up, still fit on the GPUs that work which cannot yield
-    leaves them: Hall's condition over
-    the services' pool sets, in GPUs, on each union that holds j's pool.
+    leaves them: Hall's condition over the services' pool sets, in GPUs, on
+    each union that holds j's pool.
     What preemptible jobs and replicas above a guarantee hold, a step's
     reclaim takes when demand comes (online.guarantee_headroom)."""
     lay = layout(s)
