@@ -11,7 +11,7 @@ import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
-from gpualloc.core.classes import serve_step, unions
+from gpualloc.core.classes import hall_served, serve_step, unions
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -463,10 +463,10 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     (view `v`'s, made at t) raised by online.guarantee_headroom (its
     first-day share where the service has less than a period of history)
     and rounded up, still fit on the GPUs that work which cannot yield
-    leaves them: Hall's condition over the services' pool sets, in GPUs, on
-    each union that holds j's pool.
-    What preemptible jobs and replicas above a guarantee hold, a step's
-    reclaim takes when demand comes (online.guarantee_headroom)."""
+    leaves them: the core's Hall condition (core.classes.hall_served) on
+    the unions of the services' pool sets that hold j's pool. What
+    preemptible jobs and replicas above a guarantee hold, a step's reclaim
+    takes when demand comes (online.guarantee_headroom)."""
     lay = layout(s)
     end = min(t + int(lay.duration[j]), s.T)
     held = [vj for vj, job in enumerate(v.jobs) if not job.rigid and job.min_served > 0]
@@ -478,17 +478,13 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
                      o.guarantee_headroom)
     raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
     min_served = np.array([v.jobs[vj].min_served for vj in held])
-    need = np.ceil(np.round(min_served[:, None] * raised, 9)) * lay.gpus[services][:, None]
-    cells = owner[:, t + 1:end].numpy()
+    guaranteed = np.ceil(np.round(min_served[:, None] * raised, 9)).astype(np.int64)  # (E, L)
     rigid = np.append(lay.rigid & ~lay.preemptible, False)  # IDLE: the spare last entry
-    stays = rigid[cells]  # (G, L) GPUs held by work that cannot yield
-    stays[first:first + int(lay.gpus[j])] = True
-    free = np.zeros((lay.P, end - t - 1))
-    np.add.at(free, lay.gpu_pool, ~stays)
+    stays = rigid[owner[:, t + 1:end].numpy().T]  # (L, G) held by work that cannot yield
+    stays[:, first:first + int(lay.gpus[j])] = True
     subsets = unions(lay, services)  # (U, P)
-    subsets = subsets[subsets[:, lay.gpu_pool[first]]]  # those j takes GPUs from
-    inside = (lay.pool_ok[services][None, :, :] <= subsets[:, None, :]).all(2)  # (U, E)
-    return bool((inside @ need <= subsets @ free + 1e-9).all())
+    subsets = np.ascontiguousarray(subsets[subsets[:, lay.gpu_pool[first]]])  # j's pool's
+    return bool((hall_served(lay, subsets, ~stays, services, guaranteed) == guaranteed).all())
 
 
 def _start_due(sched: Schedule, j: int, planned: int) -> int | None:

@@ -95,13 +95,14 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
-            period: int | None = None, copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
+            period: int | None = None,
+            copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then (with
     online.arrivals=oracle, the rigid jobs still to arrive too), the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
-    `copies`, as `view` says. Returns the view and its jobs'
-    scenario indices (`view`)."""
+    `copies`, as `view` says. Returns the view and its jobs' scenario
+    indices (`view`)."""
     obs = visible(s, t, o.arrivals == "oracle")
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
