@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from scenarios import elastic, one_node, rigid
+from scenarios import elastic, one_node, rigid, scen
 from gpualloc.check import check, shortfall
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.core.layout import layout
@@ -149,3 +149,29 @@ def test_a_service_without_a_day_of_history_gets_the_first_day_share(policy):
         assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
         starts[first_day] = int(torch.nonzero((owner == 1).any(0)).flatten()[0])
     assert starts == {1.5: 24, 0.5: 0}
+
+
+def test_reclaim_packs_services_bound_to_few_pools_first():
+    # A step of `broad` (seed 1, t=18, min_served=1) where packing the
+    # guaranteed replicas in service order, lowest blocks first, left 8 out
+    # and the exhaustive search gave up; 61 of 64 GPUs are guaranteed, 25 of
+    # them to services that only H100 and A100 GPUs can hold.
+    ha = {"gpu_types": ["H100", "A100"]}
+    services = [("any9", 2, 8, 9, {}), ("ha8", 2, 3, 8, ha), ("any8", 2, 3, 8, {}),
+                ("any7", 2, 2, 7, {}), ("any6", 2, 5, 6, {}), ("ha3", 2, 8, 3, ha),
+                ("ha1", 1, 3, 1, ha)]
+    s = scen([(2, 8, "H100"), (2, 8, "A100"), (2, 8, "A100"), (4, 4, "L40S")],
+             [elastic(n, k, [m], priority=p, min_served=1.0, **kw)
+              for n, k, m, p, kw in services]
+             + [rigid("train9", 4, 1, priority=9, preemptible=True),
+                rigid("train1", 3, 1, priority=1, preemptible=True, **ha)], horizon=1)
+    lay = layout(s)
+    column = np.full(64, IDLE, dtype=np.int64)
+    column[34:38], column[3:6] = 7, 8
+    guaranteed = s.guaranteed.numpy()[:, 0]
+    order = [0, 1, 2, 3, 4, 5, 6]  # service order: priority, then index
+    got = reclaim(lay, column, order, guaranteed, guaranteed)
+    # 61 GPUs: train9's are needed (train1's 3 alone are too few), train1's not.
+    assert got.short == 0 and got.cut == [7]
+    owner = torch.from_numpy(got.column)[:, None]
+    assert check(s, owner).ok  # every replica on a block of its own pools, rule 4 met

@@ -77,15 +77,25 @@ def _pack_guaranteed(s: Scenario, owner: np.ndarray, strict: bool,
     lay = layout(s)
     need = still_guaranteed(s, owner)  # (J, T)
     whole = need if whole is None else whole
-    jobs = [j for j in range(s.J) if not lay.rigid[j] and whole[j].any()]
+    jobs = packing_order(lay, [j for j in range(s.J) if not lay.rigid[j] and whole[j].any()])
     if jobs:
-        compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)
-        jobs.sort(key=lambda j: (-lay.gpus[j], compat_gpus[j], -lay.priority[j], j))
         free = owner == IDLE
         served = fill_elastic(lay, free, owner, jobs, need[jobs], high=True)  # (E, T)
         short = np.flatnonzero((served < need[jobs]).any(0))
         if len(short):
             _settle(s, owner, jobs, whole[jobs][:, short], short, strict)
+
+
+def packing_order(lay, services) -> list[int]:
+    """`services` in the order their guaranteed replicas are packed, first
+    fit on the highest free blocks: larger replicas first, then the services
+    fewer GPUs can hold, then priority (highest first), then index. A
+    service order (priority first) with the lowest blocks leaves replicas of
+    a service bound to a few pools out where this order packs them all
+    (measured online: a reclaimed step of `broad`, docs/results.md)."""
+    compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)
+    return sorted((int(j) for j in services),
+                  key=lambda j: (-lay.gpus[j], compat_gpus[j], -lay.priority[j], j))
 
 
 def footprint_after(s: Scenario, plan: torch.Tensor) -> np.ndarray | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpualloc.core.guarantee import _search
+from gpualloc.core.guarantee import _search, packing_order
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
 
@@ -63,8 +63,9 @@ def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarr
     col[np.isin(col, released)] = IDLE
     free = col == IDLE
     first = col.copy()
+    order = np.asarray(packing_order(lay, order), dtype=np.int64)
     served = fill_elastic(lay, free.copy()[None, :], first[None, :], order,
-                          guaranteed[order][:, None])[:, 0]
+                          guaranteed[order][:, None], high=True)[:, 0]
     short = int((guaranteed[order] - served).sum())
     if short == 0:
         return first, 0
