@@ -100,6 +100,29 @@ def test_first_fit_failure_is_decided_by_search():
         check_guarantee(no)
 
 
+def test_a_packing_that_fills_few_pools_last_is_found():
+    # A step of `broad` (seed 15, t=16, min_served=1) refused before:
+    # 56 of 64 GPUs guaranteed, 46 in 2-GPU replicas that fit anywhere, 3
+    # 1-GPU replicas only H100 or A100 GPUs hold and 2 only L40S ones. First
+    # fit fills the L40S nodes with 2-GPU replicas, and a search that tries
+    # blocks without counting what the rest needs where gave up.
+    ha, l40s = ["H100", "A100"], ["L40S"]
+    s = from_dict(doc([service("a", [3], gpus=2), service("b", [2], gpu_types=l40s),
+                       service("c", [5]), service("d", [3], gpus=2),
+                       service("e", [12], gpus=2), service("f", [5], gpus=2),
+                       service("g", [3], gpu_types=ha)],
+                      pools=((2, 8, "H100"), (2, 8, "A100"), (2, 8, "A100"), (4, 4, "L40S")),
+                      horizon=1))
+    check_guarantee(s)
+    owner = POLICIES["greedy"](s, composed("+scenario=file"), torch.device("cpu")).owner
+    assert check(s, owner).ok
+    # One more 1-GPU L40S replica than its pools leave the rest: refused at once.
+    over = from_dict(doc([service("a", [3], gpus=2), service("b", [17], gpu_types=l40s)],
+                         pools=((2, 8, "H100"), (4, 4, "L40S")), horizon=1))
+    with pytest.raises(GuaranteeError, match="'b'"):
+        check_guarantee(over)
+
+
 def _fits(s, t) -> bool:
     """Reference: the guaranteed replicas of t fit on the empty cluster (a
     search over every block of PROBLEM.md's definition)."""

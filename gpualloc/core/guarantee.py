@@ -219,30 +219,11 @@ def _place(free, replica, gpus, job_class, class_ptr, class_blocks, pool_ok, gpu
     """Blocks chosen[n] inside the `free` GPUs (G,) for every replica, of job
     replica[n] (larger replicas first, a job's replicas together); False
     when there is none or `_pack` gave up after `budget` tries.
-    Replicas hold disjoint GPUs: more than are free, or than a service's
-    compatible free GPUs, never pack. Online, around committed cells, that
-    is nearly every search, and each would spend its whole budget."""
+    Replicas hold disjoint GPUs: more than a set of services' pools have
+    free never pack (Hall's condition, below). Online, around committed
+    cells, that is nearly every search, and each would spend its whole
+    budget."""
     N, G = replica.shape[0], free.shape[0]
-    n_free = 0
-    for g in range(G):
-        n_free += free[g]
-    wanted_all = 0
-    n = 0
-    while n < N:
-        j, m = replica[n], n
-        while m < N and replica[m] == j:
-            m += 1
-        wanted = (m - n) * gpus[j]
-        compatible = 0
-        for g in range(G):
-            if free[g] and pool_ok[j, gpu_pool[g]]:
-                compatible += 1
-        if wanted > compatible:
-            return False
-        wanted_all += wanted
-        n = m
-    if wanted_all > n_free:
-        return False
     free_cs = np.zeros(G + 1, dtype=np.int64)  # free GPUs below each
     for g in range(G):
         free_cs[g + 1] = free_cs[g] + free[g]
@@ -271,20 +252,60 @@ def _place(free, replica, gpus, job_class, class_ptr, class_blocks, pool_ok, gpu
             if free_cs[b + k] - free_cs[b] == k:
                 flat[y] = b
                 y += 1
+    # Hall's condition on the pool sets of the jobs (and on all pools): the
+    # replicas after n whose pools lie inside a job's need no more GPUs than
+    # that job's pools have free. Checked after each placement, it cuts the
+    # branches that fill a few pools' GPUs with replicas that fit anywhere.
+    P = pool_ok.shape[1]
+    group = np.zeros(N, dtype=np.int64)  # each replica's job, as a row of `sets`
+    U = 0
+    for n in range(N):
+        if n > 0 and replica[n] != replica[n - 1]:
+            U += 1
+        group[n] = U
+    U = U + 1 if N else 0
+    sets = np.ones((U + 1, P), dtype=np.bool_)  # the last row: every pool
+    for n in range(N):
+        for p in range(P):
+            sets[group[n], p] = pool_ok[replica[n], p]
+    inside = np.zeros((U + 1, U + 1), dtype=np.bool_)  # inside[u, v]: u's pools in v's
+    for u in range(U + 1):
+        for v in range(U + 1):
+            ok = True
+            for p in range(P):
+                if sets[u, p] and not sets[v, p]:
+                    ok = False
+                    break
+            inside[u, v] = ok
+    need = np.zeros((N + 1, U + 1), dtype=np.int64)  # need[n, v]: replicas n.. inside v
+    for n in range(N - 1, -1, -1):
+        for v in range(U + 1):
+            need[n, v] = need[n + 1, v] + (sizes[n] if inside[group[n], v] else 0)
+    room = np.zeros(U + 1, dtype=np.int64)  # free GPUs in each set's pools
+    for g in range(G):
+        if free[g]:
+            for v in range(U + 1):
+                room[v] += sets[v, gpu_pool[g]]
+    for v in range(U + 1):
+        if need[0, v] > room[v]:
+            return False
     taken = ~free
-    return _pack(sizes, same, bounds, flat, taken, budget, chosen)
+    return _pack(sizes, same, bounds, flat, taken, budget, chosen, sets, need, room, gpu_pool)
 
 
 @njit(cache=True)
-def _pack(sizes, same, bounds, flat, taken, budget, chosen):
+def _pack(sizes, same, bounds, flat, taken, budget, chosen, sets, need, room, gpu_pool):
     """Depth-first: replica n (of sizes[n] GPUs) tries the blocks
     flat[bounds[n]:bounds[n + 1]] in order, skipping those before the block
-    after its previous replica's where both are of one job (`same`); each
+    after its previous replica's where both are of one job (`same`), and
+    those after which the replicas left fail Hall's condition: need[n + 1, v]
+    GPUs in set v's pools (`sets`, (V, P)) against room[v] free there. Each
     block tried counts against `budget`. Writes chosen[n]; returns whether
     every replica is placed. taken: (G,) bool, the GPUs not free (updated)."""
     N = sizes.shape[0]
     if N == 0:
         return True
+    V = room.shape[0]
     nxt = np.zeros(N, dtype=np.int64)  # the next candidate to try, per replica
     lo = np.zeros(N, dtype=np.int64)  # same job as the one before: no candidate below
     steps = 0
@@ -309,6 +330,17 @@ def _pack(sizes, same, bounds, flat, taken, budget, chosen):
                     break
             if not clear:
                 continue
+            p = gpu_pool[b]
+            fits = True
+            for v in range(V):
+                if need[n + 1, v] > room[v] - (k if sets[v, p] else 0):
+                    fits = False
+                    break
+            if not fits:
+                continue
+            for v in range(V):
+                if sets[v, p]:
+                    room[v] -= k
             for g in range(b, b + k):
                 taken[g] = True
             chosen[n] = b
@@ -327,6 +359,10 @@ def _pack(sizes, same, bounds, flat, taken, budget, chosen):
         n -= 1  # back: free the previous replica's block, try its next
         for g in range(chosen[n], chosen[n] + sizes[n]):
             taken[g] = False
+        p = gpu_pool[chosen[n]]
+        for v in range(V):
+            if sets[v, p]:
+                room[v] += sizes[n]
 
 
 def check_guarantee(s: Scenario) -> None:
