@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.scenario import Scenario, ScenarioError, guaranteed_replicas
 
 
 GUARANTEE = "guarantee_short"
@@ -83,8 +83,7 @@ class _Rules:
         for i, j in enumerate(jobs):
             if j.demand is not None:
                 self.demand[i, j.arrival:] = j.demand[j.arrival:]
-        # ceil(f x demand), the product rounded to 9 decimals first (0.7 x 10 is 7).
-        self.guaranteed = np.ceil(np.round(self.min_served[:, None] * self.demand, 9)).astype(np.int64)
+        self.guaranteed = guaranteed_replicas(self.min_served[:, None], self.demand)
         pool_ok = np.array([[(j.gpu_types is None or p.gpu_type in j.gpu_types)
                              and p.memory_gb >= j.min_memory_gb for p in pools] for j in jobs],
                            dtype=bool).reshape(self.J, len(pools))

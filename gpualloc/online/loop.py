@@ -21,7 +21,7 @@ from gpualloc.online.serve import serve
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
-from gpualloc.scenario import Scenario, ScenarioError
+from gpualloc.scenario import Scenario, ScenarioError, guaranteed_replicas
 from gpualloc.threads import cpu_threads
 
 Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
@@ -478,7 +478,7 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
                      o.guarantee_headroom)
     raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
     min_served = np.array([v.jobs[vj].min_served for vj in held])
-    guaranteed = np.ceil(np.round(min_served[:, None] * raised, 9)).astype(np.int64)  # (E, L)
+    guaranteed = guaranteed_replicas(min_served[:, None], raised)  # (E, L)
     rigid = np.append(lay.rigid & ~lay.preemptible, False)  # IDLE: the spare last entry
     stays = rigid[owner[:, t + 1:end].numpy().T]  # (L, G) held by work that cannot yield
     stays[:, first:first + int(lay.gpus[j])] = True

@@ -7,4 +7,5 @@ from gpualloc.scenario.edit import with_cuts, with_min_served, with_preemption  
 from gpualloc.scenario.io import from_dict, load  # noqa: F401
 from gpualloc.scenario.model import (ELASTIC_KINDS, KINDS, MAX_GPUS, MAX_HORIZON,  # noqa: F401
                                      MAX_INT, MAX_JOBS, MAX_PRIORITY, RIGID_KINDS, Job, Pool,
-                                     Scenario, ScenarioError, check_limits)
+                                     Scenario, ScenarioError, check_limits,
+                                     guaranteed_replicas)

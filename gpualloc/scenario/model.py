@@ -27,6 +27,15 @@ ELASTIC_KINDS = ("realtime_inference",)
 KINDS = RIGID_KINDS + ELASTIC_KINDS
 
 
+def guaranteed_replicas(min_served, demand):
+    """int64 array: the replicas rule 4 guarantees, ceil(min_served x demand),
+    elementwise (numpy arrays that broadcast). The product is rounded to 9
+    decimals first, so that 0.7 x 10 is 7, not the 7.000000000000001 of
+    floating point."""
+    return np.ceil(np.round(np.asarray(min_served, dtype=np.float64) * demand, 9)).astype(
+        np.int64)
+
+
 class ScenarioError(ValueError):
     """A scenario document that breaks PROBLEM.md; the message names the field and job."""
 
@@ -257,11 +266,9 @@ class Scenario:
 
     @cached_property
     def guaranteed(self) -> torch.Tensor:
-        """(J, T) int64: replicas rule 4 guarantees, ceil(min_served x demand).
-        The product is rounded to 9 decimals first, so that 0.7 x 10 is 7, not
-        the 7.000000000000001 of floating point."""
-        g = torch.round(self.min_served[:, None] * self.demand.double(), decimals=9)
-        return torch.ceil(g).long()
+        """(J, T) int64: replicas rule 4 guarantees (`guaranteed_replicas`)."""
+        return torch.from_numpy(guaranteed_replicas(self.min_served.numpy()[:, None],
+                                                    self.demand.numpy()))
 
     @cached_property
     def pool_compat(self) -> torch.Tensor:
