@@ -116,11 +116,17 @@ def test_a_packing_that_fills_few_pools_last_is_found():
     check_guarantee(s)
     owner = POLICIES["greedy"](s, composed("+scenario=file"), torch.device("cpu")).owner
     assert check(s, owner).ok
-    # One more 1-GPU L40S replica than its pools leave the rest: refused at once.
-    over = from_dict(doc([service("a", [3], gpus=2), service("b", [17], gpu_types=l40s)],
+    # One more 1-GPU L40S replica than the pool holds: refused, and the
+    # error names the services that compete for it.
+    over = from_dict(doc([service("a", [3], gpus=2), service("b", [9], gpu_types=l40s),
+                          service("c", [4], gpus=2, gpu_types=l40s)],
                          pools=((2, 8, "H100"), (4, 4, "L40S")), horizon=1))
-    with pytest.raises(GuaranteeError, match="'b'"):
+    with pytest.raises(GuaranteeError) as e:
         check_guarantee(over)
+    msg = str(e.value)
+    for part in ("t=0", "'b' and 'c' (9 + 8 GPUs)", "only pool 'p1' can hold", "17 GPUs",
+                 "has 16 free"):
+        assert part in msg, msg
 
 
 def _fits(s, t) -> bool:

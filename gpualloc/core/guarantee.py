@@ -146,8 +146,12 @@ def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,
     i = int(np.argmin(found))
     t, need = int(steps[i]), need[:, i]
     free = (owner[t] == IDLE) | guaranteed[owner[t]]
-    short = next(j for j, n in zip(jobs, need.tolist())
-                 if (owner[t] == j).sum() // lay.gpus[j] < n)
+    alone = [j for j, n in zip(jobs, need.tolist())
+             if n * int(lay.gpus[j]) > int((lay.compat(j) & free).sum())]
+    if not alone:
+        _name_the_broken_set(s, t, free, dict(zip(jobs, need.tolist())))
+    short = alone[0] if alone else next(j for j, n in zip(jobs, need.tolist())
+                                        if (owner[t] == j).sum() // lay.gpus[j] < n)
     n = int(need[jobs.index(short)])
     compatible = int((lay.compat(short) & free).sum())
     total = int(sum(int(m) * int(lay.gpus[j]) for j, m in zip(jobs, need.tolist())))
@@ -160,6 +164,37 @@ def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,
         + (f", where {others} other guaranteed services need some of the {total} GPUs "
            f"guaranteed at t={t} in all" if others > 0 else "")
         + " (lower min_served, or plan without it)")
+
+
+def _name_the_broken_set(s: Scenario, t: int, free: np.ndarray, replicas: dict) -> None:
+    """Raise the GuaranteeError that names the services whose pools lie
+    inside one of theirs (or are any pools) and whose guaranteed `replicas`
+    at t need more GPUs than those pools have `free` (G,): Hall's condition,
+    broken where it is tightest (no service breaks it alone). Return when
+    none is broken: the blocks do not pack (_settle names a service short)."""
+    lay = layout(s)
+    gpus = {j: int(n) * int(lay.gpus[j]) for j, n in replicas.items() if n > 0}
+    broken = []
+    for pools, by in [(lay.pool_ok[j], j) for j in gpus] + [(np.ones(lay.P, bool), None)]:
+        inside = [j for j in gpus if not (lay.pool_ok[j] & ~pools).any()]
+        room, wanted = int((free & pools[lay.gpu_pool]).sum()), sum(gpus[j] for j in inside)
+        if wanted > room:
+            broken.append((room, wanted - room, by, inside, pools))
+    if not broken:
+        return
+    room, _, by, inside, pools = min(broken, key=lambda b: (b[0], -b[1]))
+    inside.sort(key=lambda j: -gpus[j])
+    by = inside[0] if by is None or pools.all() else by
+    names = ", ".join(repr(s.jobs[j].id) for j in inside[:-1]) + f" and {s.jobs[inside[-1]].id!r}"
+    where = ("the cluster" if pools.all() else "pool" + "s" * (int(pools.sum()) > 1) + " "
+             + ", ".join(repr(s.pools[p].name) for p in np.flatnonzero(pools)))
+    raise GuaranteeError(
+        f"job {s.jobs[by].id!r}: rule 4 cannot be met at t={t}: the guarantees of {names} "
+        f"({' + '.join(str(gpus[j]) for j in inside)} GPUs)"
+        + ("" if pools.all() else f", which only {where} can hold,")
+        + f" come to {sum(gpus[j] for j in inside)} GPUs and {where} "
+        f"{'has' if pools.all() or int(pools.sum()) == 1 else 'have'} {room} free there "
+        f"(lower min_served, or plan without it)")
 
 
 @njit(cache=True)
