@@ -4,15 +4,20 @@ the shortfall only where non-preemptible work holds them."""
 import numpy as np
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from scenarios import elastic, one_node, rigid, scen
 from gpualloc.check import check, shortfall
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
+from gpualloc.core.guarantee import SEARCH_STEPS, GuaranteeError, _search, check_guarantee
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import reclaim
 from gpualloc.metrics import metrics
 from gpualloc.online import run_policy
 from gpualloc.plan import IDLE, segments
+from gpualloc.scenario import from_dict
+from strategies import scenario_docs
 
 JUMP = 6  # the step where demand jumps from 1 replica to 4 (the whole node)
 
@@ -175,3 +180,35 @@ def test_reclaim_packs_services_bound_to_few_pools_first():
     assert got.short == 0 and got.cut == [7]
     owner = torch.from_numpy(got.column)[:, None]
     assert check(s, owner).ok  # every replica on a block of its own pools, rule 4 met
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenario_docs(max_jobs=7, max_horizon=10, max_gpus=8, preemptible=True),
+       st.lists(st.integers(0, 8), min_size=10, max_size=10),
+       st.sampled_from(["greedy", "allocator"]), st.sampled_from([1, 3]))
+def test_a_step_is_short_only_where_work_that_cannot_yield_leaves_no_packing(d, jumps, policy,
+                                                                             every):
+    # PROBLEM.md's rule 4 online: what idle GPUs, replicas and preemptible
+    # jobs hold, the step takes; only work that cannot yield may leave the
+    # guarantee short, and only where no packing of its replicas exists. A
+    # 1-GPU service whose demand jumps (`jumps`) makes short steps common.
+    d["jobs"].append(elastic("jumps", 1, jumps[:d["horizon"]]))
+    for job in d["jobs"]:
+        if job["kind"] == "realtime_inference":
+            job["min_served"] = 1.0
+    s = from_dict(d)
+    try:
+        check_guarantee(s)
+    except GuaranteeError:
+        assume(False)  # rule 4 impossible offline: refused, nothing to hold
+    owner = run_policy(policy, s, RunConfig(mode="online", online=OnlineConfig(
+        replan_every=every)), torch.device("cpu")).owner
+    verdict = check(s, owner)
+    assert verdict.ok or verdict.ok_but_guarantee
+    lay, short = layout(s), np.asarray(shortfall(s, owner))
+    for t in np.flatnonzero(short.any(0)).tolist():
+        column = owner[:, t].numpy()
+        held = np.append(lay.rigid & ~lay.preemptible, False)[column]  # IDLE: spare entry
+        replicas = [j for j in range(s.J) if not lay.rigid[j]
+                    for _ in range(int(s.guaranteed[j, t]))]
+        assert _search(lay, ~held, replicas, SEARCH_STEPS) is None, (t, column.tolist())
