@@ -44,6 +44,7 @@ TRACES = ROOT / "bench" / "traces"
 # Window -> role (bench/traces/README.md): tune on "tuning", report "held-out".
 WINDOWS = {
     "openb_118d_64": "tuning",
+    "openb_dlrm_118d_32": "tuning",
     "openb_125d_64": "held-out",
     "openb_141d_64": "held-out",
     "openb_dlrm_127d_32": "held-out",

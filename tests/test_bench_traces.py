@@ -12,7 +12,7 @@ from gpualloc.trace import main as trace_main
 TRACES = Path(__file__).resolve().parents[1] / "bench" / "traces"
 # name -> (GPUs, jobs, steps), as bench/traces/README.md states them.
 SHAPES = {"openb_118d_64": (64, 851, 168), "openb_125d_64": (64, 489, 168),
-          "openb_141d_64": (64, 396, 168),
+          "openb_141d_64": (64, 396, 168), "openb_dlrm_118d_32": (32, 834, 168),
           "openb_dlrm_127d_32": (32, 507, 168),
           "openb_dlrm_127d_14d_128": (128, 860, 336)}
 CSV_ARGS = ["--id-col", "job_id", "--submit-col", "submit_s", "--duration-col", "duration_s",

@@ -50,6 +50,11 @@ WINDOWS = {
     "openb_118d_64": dict(kind="alibaba", start=118, days=7, gpus=64, role="tuning"),
     "openb_125d_64": dict(kind="alibaba", start=125, days=7, gpus=64, role="held-out"),
     "openb_141d_64": dict(kind="alibaba", start=141, days=7, gpus=64, role="held-out"),
+    # DLRM days 21-28 and apps no held-out window has, beside the tuning days'
+    # rigid jobs: real serving curves to tune on (added in s61).
+    "openb_dlrm_118d_32": dict(kind="csv", start=118, days=7, gpus=32, dlrm_start=21,
+                               services={"app_138": 9, "app_136": 10, "app_47": 11},
+                               role="tuning"),
     "openb_dlrm_127d_32": dict(kind="csv", start=127, days=7, gpus=32, dlrm_start=7,
                                services={"app_89": 9, "app_114": 10, "app_27": 11},
                                role="held-out"),
