@@ -566,12 +566,14 @@ def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
     assert check(cut, plan).ok
 
 
-@pytest.mark.parametrize("name,seed", [("training_heavy", 0), ("heterogeneous", 1), ("mixed", 2)])
-def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan(name, seed):
-    # running_cuts plans only the running segments' steps, and only while a
-    # waiting job outranks a victim still running, yet answers as greedy's
-    # whole plan its own way (no backfill variant) would. Views of an online
-    # run with training preemptible, some cut and some not.
+@pytest.mark.parametrize("name,seed,later", [("training_heavy", 0, True),
+                                             ("heterogeneous", 1, False), ("mixed", 2, True)])
+def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan(name, seed, later):
+    # running_cuts plans only the running segments' steps inside the view's
+    # window, and only while a waiting job outranks a victim still running,
+    # yet answers there as greedy's whole plan its own way (no backfill
+    # variant) would. Views of an online run with training preemptible, some
+    # cut and some not; without a window, every step.
     from collections import Counter
 
     from gpualloc import generate, run_config
@@ -594,6 +596,11 @@ def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan(name, seed
         # (online plans report rule 4 and are not held to it).
         assert check(v, plan).ok_but_guarantee
         whole = cuts_in(v, plan)
+        inside = {j: t for j, t in whole.items() if t < v.window}
+        assert running_cuts(v, GreedyConfig()) == inside
+        seen[bool(inside)] += 1
+        seen["later"] += len(whole) > len(inside)
+        v.window = None
         assert running_cuts(v, GreedyConfig()) == whole
-        seen[bool(whole)] += 1
     assert seen[True] and seen[False], seen
+    assert seen["later"] or not later, seen  # some views cut after their window

@@ -112,10 +112,13 @@ def running_cuts(s: Scenario, cfg: GreedyConfig) -> dict[int, int]:
     the step each is cut at (core.segments.cuts_in). Cuts fall inside the
     running segments, and a running job is cut by a waiting one of higher
     priority (preempt_for): greedy plans those steps only, and only while a
-    waiting job outranks a victim still running. Online, the allocator asks
-    this at every replan with preemptible jobs, and weighs the cuts by its
-    own objective; whether greedy's whole plan would keep its own way is not
-    asked (measured: the same value, less time; docs/results.md)."""
+    waiting job outranks a victim still running, and only inside the
+    window of `s` (Scenario.window, when set: online, the steps the replan
+    commits; the next replan asks again about the steps after them).
+    Online, the allocator asks this at every replan with preemptible jobs,
+    and weighs the cuts by its own objective; whether greedy's whole plan
+    would keep its own way is not asked (measured: the same value, less
+    time; docs/results.md)."""
     if s.fixed is None or not cfg.preempt:
         return {}
     fixed, priority = fixed_jobs(s), s.priority.numpy()
@@ -136,7 +139,8 @@ def running_cuts(s: Scenario, cfg: GreedyConfig) -> dict[int, int]:
     np.maximum.at(ends, fixed_cells[gpu, step], step)  # each victim's last held step
     victim = np.flatnonzero(victims)
     planner = _Greedy(s, cfg)
-    for t in range(int(ends.max()) + 1):
+    last = int(ends.max()) + 1 if s.window is None else min(int(ends.max()) + 1, s.window)
+    for t in range(last):
         planner.advance(t + 1)
         queue = planner.queue
         if not queue or not ((priority[victim] < priority[queue[0]]) & (ends[victim] > t)).any():
