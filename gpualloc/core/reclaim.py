@@ -15,9 +15,10 @@ replicas take GPUs from work that may yield, in this order:
 
 What non-preemptible rigid work holds never yields: the replicas that still
 do not fit are the step's shortfall. The column is re-packed with the same
-elastic fill as everywhere (gpualloc.core.pack), falling back on the
-guarantee's exhaustive search (gpualloc.core.guarantee) when first fit
-leaves a guaranteed replica out.
+elastic fill as everywhere (gpualloc.core.pack), the guaranteed replicas in
+the footprint's order on the highest blocks (core.guarantee.packing_order),
+falling back on the guarantee's exhaustive search (gpualloc.core.guarantee)
+when first fit leaves a guaranteed replica out.
 """
 from __future__ import annotations
 
