@@ -58,13 +58,13 @@ def held_replicas(lay, column: np.ndarray, jobs) -> np.ndarray:
 def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarray,
                      guaranteed: np.ndarray) -> tuple[np.ndarray, int]:
     """`base` (G,) with the `released` jobs' GPUs freed and every service's
-    guaranteed replicas packed there (first fit, then the exhaustive search).
+    guaranteed replicas packed there, the services in `order`
+    (core.guarantee.packing_order): first fit, then the exhaustive search.
     Returns the column and the guaranteed replicas left out."""
     col = base.copy()
     col[np.isin(col, released)] = IDLE
     free = col == IDLE
     first = col.copy()
-    order = np.asarray(packing_order(lay, order), dtype=np.int64)
     served = fill_elastic(lay, free.copy()[None, :], first[None, :], order,
                           guaranteed[order][:, None], high=True)[:, 0]
     short = int((guaranteed[order] - served).sum())
@@ -79,10 +79,15 @@ def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarr
     return col, 0
 
 
+def _packed(lay, order) -> np.ndarray:
+    """The services of `order` in the order their guaranteed replicas pack."""
+    return np.asarray(packing_order(lay, order), dtype=np.int64)
+
+
 def guaranteed_short(lay, column: np.ndarray, order, guaranteed: np.ndarray) -> int:
     """Guaranteed replicas (J,) of the services in `order` that do not fit
     on the idle GPUs of `column` (G,), packed as a reclaimed step packs them."""
-    return _pack_guaranteed(lay, column, [], np.asarray(order, dtype=np.int64), guaranteed)[1]
+    return _pack_guaranteed(lay, column, [], _packed(lay, order), guaranteed)[1]
 
 
 def reclaim(lay, column: np.ndarray, order, guaranteed: np.ndarray,
@@ -96,21 +101,22 @@ def reclaim(lay, column: np.ndarray, order, guaranteed: np.ndarray,
     now_short = int(np.maximum(guaranteed[order] - held_replicas(lay, column, order), 0).sum())
     if now_short == 0:
         return None
+    packed = _packed(lay, order)
     base = column.copy()
     base[(base >= 0) & ~lay.rigid[np.maximum(base, 0)]] = IDLE  # every replica re-packed
     present = np.unique(base[base >= 0])
     donors = sorted((int(j) for j in present if lay.preemptible[j]),
                     key=lambda j: (lay.priority[j], -lay.restart_cost[j], -j))
     released: list[int] = []
-    col, short = _pack_guaranteed(lay, base, released, order, guaranteed)
+    col, short = _pack_guaranteed(lay, base, released, packed, guaranteed)
     for j in donors:
         if short == 0:
             break
         released = released + [j]  # kept even when alone it frees no block: two may
-        col, short = _pack_guaranteed(lay, base, released, order, guaranteed)
+        col, short = _pack_guaranteed(lay, base, released, packed, guaranteed)
     for j in reversed(list(released)):  # cut only what the packing needs
         trial = [x for x in released if x != j]
-        c2, s2 = _pack_guaranteed(lay, base, trial, order, guaranteed)
+        c2, s2 = _pack_guaranteed(lay, base, trial, packed, guaranteed)
         if s2 <= short:
             released, col, short = trial, c2, s2
     if short >= now_short:

@@ -16,7 +16,7 @@ from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import Oracle
+from gpualloc.online.observe import Oracle, season
 from gpualloc.online.serve import serve
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
@@ -52,7 +52,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # too, is decided at its step (_between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
-    period = o.period_steps or max(1, round(1440 / s.step_minutes))
+    period = season(o, s.step_minutes)
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
@@ -473,9 +473,8 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     if end <= t + 1 or not held:
         return True
     services = [index[vj] for vj in held]
-    period = o.period_steps or max(1, round(1440 / s.step_minutes))
-    share = np.where(t - lay.arrival[services] < period, o.guarantee_headroom_first_day,
-                     o.guarantee_headroom)
+    young = t - lay.arrival[services] < season(o, s.step_minutes)  # less than a day seen
+    share = np.where(young, o.guarantee_headroom_first_day, o.guarantee_headroom)
     raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
     min_served = np.array([v.jobs[vj].min_served for vj in held])
     guaranteed = guaranteed_replicas(min_served[:, None], raised)  # (E, L)

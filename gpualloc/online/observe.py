@@ -58,6 +58,11 @@ def copy_job(k: Job, **changes) -> Job:
 
 # ---- forecasts ------------------------------------------------------------------------------
 
+def season(cfg: OnlineConfig, step_minutes: float) -> int:
+    """Timesteps in the forecast's season (online.period_steps; null: one day)."""
+    return cfg.period_steps or max(1, round(1440 / step_minutes))
+
+
 def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
              step_minutes: float) -> torch.Tensor:
     """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
@@ -67,7 +72,7 @@ def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
     arrival = torch.tensor([k.arrival for k in obs.known if k.demand is not None],
                            dtype=torch.long)  # (E,)
     if method == "last_day":
-        p = cfg.period_steps or max(1, round(1440 / step_minutes))
+        p = season(cfg, step_minutes)
         ahead = torch.arange(1, steps + 1)  # (steps,)
         # The same time of day on the last observed day.
         src = tau + ahead - p * torch.div(ahead + p - 1, p, rounding_mode="floor")  # (steps,)
