@@ -129,6 +129,30 @@ def test_a_packing_that_fills_few_pools_last_is_found():
         assert part in msg, msg
 
 
+def test_a_step_the_search_packs_keeps_the_side_first_fit_packs():
+    # GPUs 0-3 are type A, 4-7 type B. At t=0 first fit packs x's two 2-GPU
+    # replicas on the highest blocks (4-7); at t=1 y (B only) wants a GPU too,
+    # first fit leaves it out, and the search packs the step. It tries the
+    # highest blocks first, as first fit does, so GPUs 0-1 stay free at both
+    # steps: a 2-GPU rigid job fits beside the replicas for the two steps. A
+    # search from the lowest blocks (the code before) moved x to 0-3 at t=1,
+    # and no GPU was free at both.
+    from gpualloc.core.guarantee import SEARCH_STEPS, _search, footprint
+    from gpualloc.core.layout import layout
+
+    s = from_dict(doc([service("x", [2, 2], gpus=2), service("y", [0, 1], gpu_types=["B"])],
+                      pools=((1, 4, "A"), (1, 4, "B")), horizon=2))
+    owner = footprint(s)  # (T, G)
+    assert [(owner[t] == 0).sum() // 2 for t in (0, 1)] == [2, 2]
+    assert (owner[1] == 1).sum() == 1 and owner[1][4:].tolist().count(1) == 1
+    free = (owner == -1).all(0)
+    assert free[0] and free[1], owner
+    # The reclaim's search (one column) packs the same side.
+    lay = layout(s)
+    found = _search(lay, np.ones(8, dtype=bool), [0, 0, 1], SEARCH_STEPS)
+    assert found is not None and min(found) >= 2, found
+
+
 def _fits(s, t) -> bool:
     """Reference: the guaranteed replicas of t fit on the empty cluster (a
     search over every block of PROBLEM.md's definition)."""
