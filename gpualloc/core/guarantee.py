@@ -24,6 +24,7 @@ import torch
 from numba import njit
 
 from gpualloc.core import owner_of, still_wanted, time_major
+from gpualloc.core.classes import compatible_gpus
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
@@ -93,9 +94,9 @@ def packing_order(lay, services) -> list[int]:
     service order (priority first) with the lowest blocks leaves replicas of
     a service bound to a few pools out where this order packs them all
     (measured online: a reclaimed step of `broad`, docs/results.md)."""
-    compat_gpus = lay.pool_ok @ np.bincount(lay.gpu_pool, minlength=lay.P)
-    return sorted((int(j) for j in services),
-                  key=lambda j: (-lay.gpus[j], compat_gpus[j], -lay.priority[j], j))
+    services = [int(j) for j in services]
+    compat = dict(zip(services, compatible_gpus(lay, services).tolist()))
+    return sorted(services, key=lambda j: (-lay.gpus[j], compat[j], -lay.priority[j], j))
 
 
 def footprint_after(s: Scenario, plan: torch.Tensor) -> np.ndarray | None:
