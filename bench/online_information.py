@@ -31,12 +31,13 @@ LEVELS = {  # name -> (online.forecast, online.arrivals)
     "both": ("oracle", "oracle"),
 }
 POLICIES = ("greedy", "allocator")
+GUARANTEE = {"min_served": 1.0, "preemptible": ["training"], "restart_cost": 1}
 
 
 def measure(scenarios: list[str], seeds: list[int], windows: list[str],
-            every: int) -> list[dict]:
+            every: int, settings: dict | None = None) -> list[dict]:
     """One row per case (the seven's scenarios by seed, bench/traces/ windows
-    at seed 0) and policy."""
+    at seed 0) and policy; `settings` (GUARANTEE) for every run."""
     import gpualloc as ga
 
     warm_up()
@@ -45,14 +46,22 @@ def measure(scenarios: list[str], seeds: list[int], windows: list[str],
                             seeds=seeds)
     for _, name, seed, make in cases(where):
         s = make()
+        settings = settings or {}
         for policy in POLICIES:
+            try:
+                offline = ga.plan(s, policy, seed=seed, **settings)
+            except ga.ScenarioError as e:  # rule 4 cannot be met there
+                print(f"{name} seed {seed}: {e}", flush=True)
+                break
             row = {"scenario": name, "seed": seed, "policy": policy,
-                   "offline": ga.metrics(s, ga.plan(s, policy, seed=seed))["weighted_throughput"]}
+                   "offline": ga.metrics(offline.scenario, offline)["weighted_throughput"]}
             for level, (forecast, arrivals) in LEVELS.items():
                 p = ga.plan(s, policy, seed=seed, mode="online",
                             online={"replan_every": every, "forecast": forecast,
-                                    "arrivals": arrivals})
-                row[level] = ga.metrics(s, p)["weighted_throughput"]
+                                    "arrivals": arrivals}, **settings)
+                m = ga.metrics(p.scenario, p)
+                row[level] = m["weighted_throughput"]
+                row[f"{level} short"] = m.get("guarantee_shortfall", 0)
             rows.append(row)
             print(row, flush=True)
     return rows
@@ -75,7 +84,9 @@ def markdown(result: dict) -> str:
              f"Online every {result['replan_every']} steps (and at arrivals). Levels: "
              + "; ".join(f"{k}: `online.forecast={f}`, `online.arrivals={a}`"
                          for k, (f, a) in LEVELS.items())
-             + ". Value: weighted throughput (PROBLEM.md).", "",
+             + ". Value: weighted throughput (PROBLEM.md)."
+             + (f" Every run, offline and online, with {result['settings']}."
+                if result.get("settings") else ""), "",
              "## Online against the policy's own offline plan", "",
              "Geometric mean over seeds of online / offline, per scenario (a window: "
              "its one run).", "",
@@ -98,6 +109,13 @@ def markdown(result: dict) -> str:
         own = [runs[c + ("allocator",)][k] / runs[c + ("allocator",)]["offline"] for c in cases]
         lines.append(f"| {k} | {len(cases)} | x{_geo(ratio):.4f} | x{min(ratio):.4f} | "
                      f"{sum(x < 1 for x in ratio)} | x{_geo(own):.4f}, x{min(own):.4f} |")
+    if result.get("settings"):
+        lines += ["", "## Replicas short of the guarantee online", "",
+                  "Summed over the runs (offline plans meet rule 4: none short).", "",
+                  "| policy | " + " | ".join(levels) + " |", "|---|" + "---|" * len(levels)]
+        for policy in POLICIES:
+            short = [sum(runs[c + (policy,)][f"{k} short"] for c in cases) for k in levels]
+            lines.append(f"| {policy} | " + " | ".join(map(str, short)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -108,12 +126,16 @@ def main(argv=None) -> int:
                     help="bench/traces/ windows too (seed 0)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--replan-every", type=int, default=6)
+    ap.add_argument("--guarantee", action="store_true",
+                    help="every service kept whole, training preemptible (module docstring)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "online_information",
                     help="writes OUT.md and OUT.json")
     args = ap.parse_args(argv)
+    settings = GUARANTEE if args.guarantee else {}
     result = {"scenarios": args.scenarios, "seeds": args.seeds, "windows": args.windows,
-              "replan_every": args.replan_every,
-              "rows": measure(args.scenarios, args.seeds, args.windows, args.replan_every),
+              "replan_every": args.replan_every, "settings": settings,
+              "rows": measure(args.scenarios, args.seeds, args.windows, args.replan_every,
+                              settings),
               **provenance("bench.online_information", argv)}
     write_results(args.out.parent, args.out.name, result, markdown(result))
     return 0

@@ -184,6 +184,23 @@ def test_online_information_tables_divide_each_run_by_its_own_offline_plan():
     assert "| mixed | allocator | x0.5000 | x0.5000 | x0.5000 | x0.5000 |" in md
     # allocator / greedy online: 55 / 50 and 45 / 50, one run below
     assert "| both | 2 | x0.9950 | x0.9000 | 1 | x0.5000, x0.5000 |" in md
+    assert "short of the guarantee" not in md  # free runs: no shortfall table
+
+
+def test_online_information_under_the_guarantee_sums_the_replicas_short_per_level():
+    from bench.online_information import GUARANTEE, LEVELS, markdown
+
+    rows = [{"scenario": "mixed", "seed": seed, "policy": policy, "offline": 100.0,
+             **{k: 90.0 for k in LEVELS},
+             **{f"{k} short": (seed + 1 if policy == "greedy" and k == "forecast" else 0)
+                for k in LEVELS}}
+            for seed in (0, 1) for policy in ("greedy", "allocator")]
+    md = markdown({"rows": rows, "scenarios": ["mixed"], "replan_every": 6, "commit": "c",
+                   "date": "d", "machine": {"cpu": "x", "cores": 2}, "command": "cmd",
+                   "settings": GUARANTEE})
+    assert "'min_served': 1.0" in md
+    assert "| greedy | 3 | 0 | 0 | 0 |" in md  # seeds 0 and 1: 1 + 2 short
+    assert "| allocator | 0 | 0 | 0 | 0 |" in md
 
 
 def test_online_bound_judges_each_run_against_the_room_above_fifo():

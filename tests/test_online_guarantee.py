@@ -90,6 +90,22 @@ def test_headroom_keeps_work_that_cannot_yield_from_the_guarantee(policy, every)
     assert check(free, owner).ok and ((owner[:, 0] == 1).sum() == 6)
 
 
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+def test_with_the_true_future_the_start_check_keeps_no_share(policy):
+    """online.forecast=oracle: no forecast error to keep room for, so the
+    start check keeps room for the true demand itself. The job that cannot
+    yield waits only until the jump is over (step 8: one replica and the
+    job fill the node); a share of the true demand (one replica raised to
+    two, 4 GPUs) would hold it back to the last step."""
+    s = jumping(preemptible=False)
+    run = RunConfig(mode="online", online=OnlineConfig(
+        replan_every=6, forecast="oracle", guarantee_headroom=0.25,
+        guarantee_headroom_first_day=0.25))
+    owner = run_policy(policy, s, run, torch.device("cpu")).owner
+    assert check(s, owner).ok and metrics(s, owner)["guarantee_shortfall"] == 0
+    assert torch.nonzero((owner == 1).any(0)).flatten().tolist() == list(range(JUMP + 2, 16))
+
+
 def test_reclaim_takes_idle_then_excess_then_lowest_priority():
     # Node of 8: a 2-GPU guaranteed service A (short 2 replicas), B with two
     # replicas above its guarantee, two preemptible 2-GPU jobs (priorities 1, 5).

@@ -31,7 +31,10 @@ class OnlineConfig:
     (0.5: half above, rounded up), still fits on the GPUs that such work
     leaves (beside it), and where the step's guaranteed replicas still pack,
     decided at its start step from what is known then; plans use the
-    forecast as it is. What preemptible jobs hold counts as room: the step
+    forecast as it is (with forecast=oracle, the true future, no share is
+    kept: the check keeps room for the demand itself, and on tuning seeds 6-11
+    the value rose x1.006-x1.009, none short; docs/results.md, s63). What
+    preemptible jobs hold counts as room: the step
     where actual demand rises reclaims it (gpualloc.online.loop). 0: no
     room kept and no such check, on the first day too (more value, replicas
     short). 0.5 is the smallest share of 0.25, 0.5, 0.75 and 1 that left no

@@ -90,7 +90,8 @@ are executed:
   non-preemptible committed work holds never yields: the replicas still
   missing are the plan's `guarantee_shortfall`. So that little is, with
   guaranteed services, work that cannot yield (not preemptible) starts only
-  where their forecast raised by `online.guarantee_headroom` fits on the
+  where their forecast raised by `online.guarantee_headroom` (none with the
+  oracle, which has no error to cover) fits on the
   GPUs that such work leaves beside it (what preemptible jobs hold counts:
   a step reclaims it) and where the step's guaranteed replicas still pack
   beside it (exactly, as a reclaimed step packs them), decided at its start

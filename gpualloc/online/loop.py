@@ -475,6 +475,8 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     services = [index[vj] for vj in held]
     young = t - lay.arrival[services] < season(o, s.step_minutes)  # less than a day seen
     share = np.where(young, o.guarantee_headroom_first_day, o.guarantee_headroom)
+    if o.forecast == "oracle":  # the true future: no forecast error to keep room for
+        share = np.zeros_like(share)
     raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
     min_served = np.array([v.jobs[vj].min_served for vj in held])
     guaranteed = guaranteed_replicas(min_served[:, None], raised)  # (E, L)
