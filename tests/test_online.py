@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixed_policy import fixed_greedy
-from scenarios import one_node
+from scenarios import elastic, one_node, rigid
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig, RunConfig, SettingError
 from gpualloc.policies.fifo import fifo
@@ -449,11 +449,22 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     for t in due:
         if waiting[t] or t % 6 == 0 and (carries or not any(x % 6 == 0 for x in expected)):
             expected.append(t)
-    assert taus == expected
-    assert plan.info["skipped"] == len(due) - len(taus)
-    assert plan.info["arrival_replans"] == len(arrivals - set(range(0, 24, 2))) > 0
+    # A policy that starts arrivals at once (Policy.starts_arrivals_at_once)
+    # plans no view at a light step where only the jobs arriving then wait,
+    # and each of them starts then.
+    inserted = sorted(set(expected) - set(taus))
+    assert len(inserted) == plan.info["inserted"]
+    assert taus == [t for t in expected if t not in inserted]
+    for t in inserted:
+        assert ONLINE_POLICIES[name].starts_arrivals_at_once and t % 6 != 0
+        assert all(first[i] == t for i, j in enumerate(s.jobs) if j.rigid and j.arrival == t)
+        assert not any(j.rigid and j.arrival < t <= first[i] for i, j in enumerate(s.jobs))
+    assert plan.info["skipped"] == len(due) - len(taus) - len(inserted)
+    assert plan.info["arrival_replans"] == len(arrivals - set(range(0, 24, 2)) - set(inserted))
+    assert plan.info["arrival_replans"] > 0
     plan, views = run_online(s, forecast_, 2, ONLINE_POLICIES[name], replan_on_arrival="none")
-    assert check(s, plan.owner).ok and len(views) + plan.info["skipped"] == 12
+    assert check(s, plan.owner).ok
+    assert len(views) + plan.info["skipped"] + plan.info["inserted"] == 12
 
 
 @pytest.mark.parametrize("moves, full_every, relax_every", [
@@ -636,3 +647,44 @@ def test_the_autoscaler_packs_a_step_the_best_way_the_core_packs_one():
     for t in range(2):
         assert (owner[:, t] == 2).sum() == 1 and (owner[:, t] == 3).sum() == 2
     check(s, owner)
+
+
+def _rigid_cells(s: Scenario, owner: torch.Tensor) -> torch.Tensor:
+    rigid = torch.cat([s.rigid, torch.tensor([False])])
+    return torch.where(rigid[owner], owner, -1)
+
+
+@pytest.mark.parametrize("every", [1, 6])
+def test_arrivals_where_nothing_waits_start_without_a_replan_as_the_allocator_would(every):
+    """The allocator (Policy.starts_arrivals_at_once) on a lightly loaded week:
+    most arrivals find nothing waiting and start at once without a plan of
+    the view; the rigid cells are those of the same run replanned at each
+    one (the policy behind a plain function, which the loop cannot ask)."""
+    import gpualloc as ga
+
+    s = ga.generate("low_contention", seed=0, horizon=48)
+    allocator = POLICIES["allocator"]
+    fast = online(s, allocator, cfg(every=every))
+    slow = online(s, lambda v, c, d: allocator(v, c, d), cfg(every=every))
+    assert fast.info["inserted"] > 0 and slow.info["inserted"] == 0
+    replans = fast.info["replans"] + fast.info["arrival_replans"]
+    assert replans < slow.info["replans"] + slow.info["arrival_replans"]
+    assert check(s, fast.owner).ok
+    assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner))
+
+
+@pytest.mark.parametrize("demand, inserted", [(2, 1), (4, 0)])
+def test_an_arrival_that_would_displace_forecast_demand_is_planned_not_inserted(demand,
+                                                                                 inserted):
+    """One node of 8: a service of `demand` 1-GPU replicas, a 4-GPU job from
+    step 0 and a 2-GPU job arriving at 2, nothing waiting then. Beside 2
+    replicas it starts at once; beside 4 it would take GPUs the forecast
+    demand wants, so the allocator plans the view (its plan may still start
+    it there, displacing demand, where that is worth more)."""
+    s = one_node(8, [elastic("svc", 1, [demand] * 8, priority=1),
+                     rigid("a", 4, 8, priority=5), rigid("b", 2, 3, arrival=2, priority=5)])
+    plan = online(s, POLICIES["allocator"], cfg(every=6))
+    assert plan.info["inserted"] == inserted
+    assert check(s, plan.owner).ok
+    if inserted:
+        assert torch.nonzero((plan.owner == 2).any(0)).flatten().tolist() == [2, 3, 4]

@@ -13,10 +13,11 @@ from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
 from gpualloc.core.classes import hall_served, serve_step, unions
 from gpualloc.core.footprint import worth_displacing
+from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import Oracle, season
+from gpualloc.online.observe import Oracle, forecast, season, visible
 from gpualloc.online.serve import serve
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
@@ -58,6 +59,13 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     previous = None  # the last replan's plan of its rigid jobs, by scenario index
     progress = None  # (J, T) progress of the executed plan, preemptible jobs (from _trim_done)
     replans = arrival_replans = filled = deferred = full_replans = relaxed_replans = skipped = 0
+    inserted = 0
+    # Arrivals are started without a replan only for a policy that would start
+    # them so (Policy.starts_arrivals_at_once), and where the views hold nothing
+    # the loop would have to weigh: no guaranteed service (its start checks),
+    # no preemptible job (cuts), no expected arrivals (placeholders).
+    insertable = (getattr(policy, "starts_arrivals_at_once", False) and o.arrivals == "none"
+                  and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any()))
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
@@ -92,6 +100,16 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
                 filled += _between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                            {}, guarded, copies)[0]
+            if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
+                progress = _trim_done(s, owner)
+            bar.update(stop - tau)
+            tau = stop
+            continue
+        if not full and insertable and _start_at_once(s, o, oracle, tau, committed, owner):
+            # Arrivals where nothing known waits, each started now where a
+            # block is free for its whole run beside the forecast demand: what
+            # a replan would decide, without planning the view (issue 28).
+            inserted += 1
             if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
                 progress = _trim_done(s, owner)
             bar.update(stop - tau)
@@ -139,7 +157,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "full_replans": full_replans,
                                    "relaxed_replans": relaxed_replans,
                                    "filled": filled, "deferred": deferred,
-                                   "skipped": skipped})
+                                   "skipped": skipped, "inserted": inserted})
 
 
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
@@ -221,6 +239,54 @@ def _decides_nothing(s: Scenario, tau: int, committed: Committed,
     if made is not None:
         done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
     return not (open_ & ~done).any()
+
+
+def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, committed: Committed,
+                   owner: torch.Tensor) -> bool:
+    """Start the rigid jobs arriving at tau now, written into `owner` and
+    `committed`, where every job known before tau has started (nothing
+    waits) and each arrival, highest priority first, finds a block free for
+    its whole run (the best fit, as the core picks) on which the services'
+    demand (observed at tau, forecast after, as a view has it) still fits
+    beside the rigid work by Hall's condition. Then no plan of the view
+    starts them sooner, and none gains by waiting: nothing else waits and no
+    demand is displaced. False, with nothing written, where any fails: the
+    loop replans."""
+    lay = layout(s)
+    new = np.flatnonzero((lay.arrival == tau) & lay.rigid & ~lay.unplaceable)
+    if not len(new) or not _decides_nothing(s, tau - 1, committed, None):  # one waits
+        return False
+    obs = visible(s, tau)
+    steps = s.T - tau - 1
+    future = (oracle(obs, steps) if oracle is not None
+              else forecast(o.forecast, obs, steps, o, s.step_minutes))
+    services = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
+    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1).numpy()  # (E, T - tau)
+    order = service_order(s, services)
+    demand = rows[[services.index(j) for j in order]]
+    subsets = unions(lay, order) if order else None
+    rigid = np.append(lay.rigid, False)  # IDLE: the spare last entry
+    busy = rigid[owner[:, tau:].numpy()].T.copy()  # (T - tau, G) held by rigid work
+    starts = []
+    for j in priority_order(s, new.tolist()):
+        k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)
+        c = lay.job_class[j]
+        blocks = lay.class_blocks[lay.class_ptr[c]:lay.class_ptr[c + 1]]
+        options = np.zeros(len(blocks), dtype=np.bool_)
+        free_blocks(runs_of(busy), blocks, k, 0, length, options)
+        if not options.any():
+            return False
+        first = int(blocks[fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
+        busy[:length, first:first + k] = True
+        if order:
+            wanted = demand[:, :length]
+            if not (hall_served(lay, subsets, ~busy[:length], order, wanted) == wanted).all():
+                return False
+        starts.append((j, first, length))
+    for j, first, length in starts:
+        owner[first:first + int(lay.gpus[j]), tau:tau + length] = j
+        committed.start[j], committed.end[j] = (tau, first), tau + length
+    return True
 
 
 def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:

@@ -44,6 +44,12 @@ class Policy:
     places_guarantee_first: bool = True
     """It meets rule 4 by planning around the guaranteed replicas placed first
     (core.guarantee; exact holds rule 4 as a constraint instead)."""
+    starts_arrivals_at_once: bool = False
+    """Online, where every job known before an arrival has started, its plan
+    of the view starts the arrival at once on the core's best-fit block
+    where one is free for the whole run beside the forecast demand (the
+    allocator: its priority-order build, returned as ideal), so the loop
+    starts such arrivals without planning the view (online.loop)."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
@@ -152,7 +158,7 @@ BASELINE = "fifo"
 POLICIES: dict[str, Policy] = {
     "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False,
                    places_guarantee_first=False),
-    "allocator": Policy(_allocator),
+    "allocator": Policy(_allocator, starts_arrivals_at_once=True),
     "greedy": Policy(_greedy),
     "backfill": Policy(_backfill),
     "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False),
