@@ -688,3 +688,18 @@ def test_an_arrival_that_would_displace_forecast_demand_is_planned_not_inserted(
     assert check(s, plan.owner).ok
     if inserted:
         assert torch.nonzero((plan.owner == 2).any(0)).flatten().tolist() == [2, 3, 4]
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenario_docs(max_horizon=12), st.integers(1, 3), st.sampled_from(FORECASTS))
+def test_arrivals_started_at_once_are_where_the_allocators_replan_starts_them(doc, every,
+                                                                            forecast_):
+    """Property: the arrivals the loop starts without a replan
+    (Policy.starts_arrivals_at_once) leave the allocator's rigid cells as its
+    replans there would have them, on random scenarios and cadences."""
+    s = from_dict(doc)
+    allocator = POLICIES["allocator"]
+    fast = online(s, allocator, cfg(forecast_, every))
+    slow = online(s, lambda v, c, d: allocator(v, c, d), cfg(forecast_, every))
+    assert check(s, fast.owner).ok and slow.info["inserted"] == 0
+    assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner))
