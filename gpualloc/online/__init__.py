@@ -46,13 +46,13 @@ way the placement core packs a step, then served (below): most steps of a
 lightly loaded cluster (`Plan.info`'s `skipped`). A full replan runs all
 the same where the policy's full replans carry a choice to the light ones
 after them (greedy's variant); skipped or not, the cadence of full and
-relaxed replans holds. At a light replan where only the rigid jobs arriving
-then wait, a policy that would start each at once on the core's best-fit
-block beside the forecast demand (`Policy.starts_arrivals_at_once`: the
-allocator, whose priority-order build does, returned as ideal) is not run:
-the loop starts them so (`Plan.info`'s `inserted`), or plans the view where
-one does not fit; not with guaranteed services, preemptible jobs or
-expected arrivals.
+relaxed replans holds. At a replan where only the rigid jobs arriving then
+wait (and, full, nothing is carried), a policy that would start each at
+once on the core's best-fit block beside the forecast demand
+(`Policy.starts_arrivals_at_once`: the allocator, whose priority-order
+build does, returned as ideal) is not run: the loop starts them so
+(`Plan.info`'s `inserted`), or plans the view where one does not fit; not
+with guaranteed services, preemptible jobs or expected arrivals.
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:

@@ -63,9 +63,11 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # Arrivals are started without a replan only for a policy that would start
     # them so (Policy.starts_arrivals_at_once), and where the views hold nothing
     # the loop would have to weigh: no guaranteed service (its start checks),
-    # no preemptible job (cuts), no expected arrivals (placeholders).
+    # no preemptible job (cuts), no expected arrivals (placeholders); and only
+    # beside 1-GPU replicas, for which Hall's condition is exact.
     insertable = (getattr(policy, "starts_arrivals_at_once", False) and o.arrivals == "none"
-                  and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any()))
+                  and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
+                  and bool((s.gpus[~s.rigid] == 1).all()))
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
@@ -87,29 +89,27 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                             or tau - last_relaxed >= o.relax_every)
         # A policy whose last full plan carried nothing weighs nothing at a full replan.
         carries_nothing = last_full is not None and carry is None
-        if (not full or carries_nothing) and _decides_nothing(s, tau, committed, made_by_tau):
-            # Every rigid job known has started (and, preemptible, finished): a
-            # replan would place nothing, and real-time service follows the
-            # actual demand (serve): most steps of a lightly loaded cluster. A
-            # full one still runs where the policy carries what it weighs
-            # there to the light replans after it (greedy's variant).
-            skipped += 1
+        quiet = not full or carries_nothing
+        # Every rigid job known has started (and, preemptible, finished): a
+        # replan would place nothing, and real-time service follows the actual
+        # demand (serve): most steps of a lightly loaded cluster. Or only the
+        # arrivals at tau wait, and each starts now where a block is free for
+        # its whole run beside the forecast demand, as the policy's replan would
+        # start it (Policy.starts_arrivals_at_once). A full replan still runs
+        # where the policy carries what it weighs there to the light replans
+        # after it (greedy's variant).
+        idle = quiet and _decides_nothing(s, tau, committed, made_by_tau)
+        at_once = (quiet and not idle and insertable
+                   and _start_at_once(s, o, oracle, tau, committed, owner))
+        if idle or at_once:
+            skipped += idle
+            inserted += at_once
             if full:  # the cadence holds: the next full replan comes when it would have
                 last_full = tau
                 last_relaxed = tau if relaxed else last_relaxed
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
                 filled += _between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                            {}, guarded, copies)[0]
-            if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
-                progress = _trim_done(s, owner)
-            bar.update(stop - tau)
-            tau = stop
-            continue
-        if not full and insertable and _start_at_once(s, o, oracle, tau, committed, owner):
-            # Arrivals where nothing known waits, each started now where a
-            # block is free for its whole run beside the forecast demand: what
-            # a replan would decide, without planning the view (issue 28).
-            inserted += 1
             if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
                 progress = _trim_done(s, owner)
             bar.update(stop - tau)
@@ -245,13 +245,13 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, committed: Co
                    owner: torch.Tensor) -> bool:
     """Start the rigid jobs arriving at tau now, written into `owner` and
     `committed`, where every job known before tau has started (nothing
-    waits) and each arrival, highest priority first, finds a block free for
-    its whole run (the best fit, as the core picks) on which the services'
-    demand (observed at tau, forecast after, as a view has it) still fits
-    beside the rigid work by Hall's condition. Then no plan of the view
-    starts them sooner, and none gains by waiting: nothing else waits and no
-    demand is displaced. False, with nothing written, where any fails: the
-    loop replans."""
+    waits), each arrival, highest priority first, finds a block free for its
+    whole run (the best fit, as the core picks), and beside them the
+    services' demand (observed at tau, forecast after, as a view has it)
+    still fits at every step of the view by Hall's condition (exact for the
+    1-GPU replicas the caller allows). Then the view's priority-order build
+    is this and ideal, so the allocator's replan returns it at once. False,
+    with nothing written, where any fails: the loop replans."""
     lay = layout(s)
     new = np.flatnonzero((lay.arrival == tau) & lay.rigid & ~lay.unplaceable)
     if not len(new) or not _decides_nothing(s, tau - 1, committed, None):  # one waits
@@ -278,11 +278,9 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, committed: Co
             return False
         first = int(blocks[fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
         busy[:length, first:first + k] = True
-        if order:
-            wanted = demand[:, :length]
-            if not (hall_served(lay, subsets, ~busy[:length], order, wanted) == wanted).all():
-                return False
         starts.append((j, first, length))
+    if order and not (hall_served(lay, subsets, ~busy, order, demand) == demand).all():
+        return False
     for j, first, length in starts:
         owner[first:first + int(lay.gpus[j]), tau:tau + length] = j
         committed.start[j], committed.end[j] = (tau, first), tau + length

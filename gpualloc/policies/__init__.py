@@ -45,11 +45,12 @@ class Policy:
     """It meets rule 4 by planning around the guaranteed replicas placed first
     (core.guarantee; exact holds rule 4 as a constraint instead)."""
     starts_arrivals_at_once: bool = False
-    """Online, where every job known before an arrival has started, its plan
-    of the view starts the arrival at once on the core's best-fit block
-    where one is free for the whole run beside the forecast demand (the
-    allocator: its priority-order build, returned as ideal), so the loop
-    starts such arrivals without planning the view (online.loop)."""
+    """Online, where every job known before an arrival has started and the
+    arrival and the forecast demand all fit, its plan of the view starts the
+    arrival at once on the core's best-fit block free for the whole run (the
+    allocator: its priority-order build, ideal there, is returned at once),
+    so the loop starts such arrivals without planning the view
+    (online.loop._start_at_once)."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
