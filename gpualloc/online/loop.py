@@ -256,11 +256,11 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, committed: Co
     new = np.flatnonzero((lay.arrival == tau) & lay.rigid & ~lay.unplaceable)
     if not len(new) or not _decides_nothing(s, tau - 1, committed, None):  # one waits
         return False
-    obs = visible(s, tau)
+    obs = visible(s, tau, services_only=True)
     steps = s.T - tau - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    services = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
+    services = obs.jobs
     rows = torch.cat([obs.history[:, tau:tau + 1], future], 1).numpy()  # (E, T - tau)
     order = service_order(s, services)
     demand = rows[[services.index(j) for j in order]]

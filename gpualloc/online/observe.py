@@ -28,13 +28,17 @@ class Observation:
     (in their order), zero before arrival."""
 
 
-def visible(s: Scenario, tau: int, arrivals_known: bool = False) -> Observation:
+def visible(s: Scenario, tau: int, arrivals_known: bool = False,
+            services_only: bool = False) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner. `arrivals_known` (online.arrivals=oracle): the rigid
-    jobs still to arrive too."""
+    jobs still to arrive too; `services_only`: the real-time services alone
+    (a forecast without the thousands of rigid jobs)."""
     seen = s.arrival <= tau
     if arrivals_known:
         seen = seen | s.rigid
+    if services_only:
+        seen = seen & ~s.rigid
     arrived = torch.nonzero(seen).flatten()
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
