@@ -52,7 +52,8 @@ once on the core's best-fit block beside the forecast demand
 (`Policy.starts_arrivals_at_once`: the allocator, whose priority-order
 build does, returned as ideal) is not run: the loop starts them so
 (`Plan.info`'s `inserted`), or plans the view where one does not fit; not
-with guaranteed services, preemptible jobs or expected arrivals.
+with guaranteed services, preemptible jobs, expected arrivals or replicas
+of more than one GPU.
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:

@@ -11,9 +11,9 @@ import torch
 
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
+from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
 from gpualloc.core.classes import hall_served, serve_step, unions
 from gpualloc.core.footprint import worth_displacing
-from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
