@@ -98,9 +98,12 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         # start it (Policy.starts_arrivals_at_once). A full replan still runs
         # where the policy carries what it weighs there to the light replans
         # after it (greedy's variant).
-        idle = quiet and _decides_nothing(s, tau, committed, made_by_tau)
+        waiting = _waiting(s, tau, committed, made_by_tau) if quiet else None
+        idle = quiet and not waiting.any()
         at_once = (quiet and not idle and insertable
-                   and _start_at_once(s, o, oracle, tau, committed, owner))
+                   and (s.arrival.numpy()[waiting] == tau).all()  # only the arrivals
+                   and _start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
+                                      owner))
         if idle or at_once:
             skipped += idle
             inserted += at_once
@@ -226,11 +229,12 @@ def _made(s: Scenario, committed: Committed, made) -> dict[int, int]:
     return dict(zip(started.tolist(), np.asarray(made)[started].tolist()))
 
 
-def _decides_nothing(s: Scenario, tau: int, committed: Committed,
-                     made: torch.Tensor | None) -> bool:
-    """Whether a replan at tau has no rigid job to place or cut: every rigid
-    job arrived by tau (placeable) has started and, if preemptible, made all
-    its progress (`made`: (J,) steps made before tau)."""
+def _waiting(s: Scenario, tau: int, committed: Committed,
+             made: torch.Tensor | None) -> np.ndarray:
+    """(J,) bool: the rigid jobs a replan at tau would place or cut, those
+    arrived by tau (placeable) that have not started or, preemptible, not
+    made all their progress (`made`: (J,) steps made before tau). With none,
+    the replan would decide nothing."""
     lay = layout(s)
     open_ = (lay.arrival <= tau) & lay.rigid & ~lay.unplaceable
     started = np.zeros(s.J, dtype=np.bool_)
@@ -238,24 +242,21 @@ def _decides_nothing(s: Scenario, tau: int, committed: Committed,
     done = started & ~lay.preemptible
     if made is not None:
         done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
-    return not (open_ & ~done).any()
+    return open_ & ~done
 
 
-def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, committed: Committed,
-                   owner: torch.Tensor) -> bool:
-    """Start the rigid jobs arriving at tau now, written into `owner` and
-    `committed`, where every job known before tau has started (nothing
-    waits), each arrival, highest priority first, finds a block free for its
-    whole run (the best fit, as the core picks), and beside them the
-    services' demand (observed at tau, forecast after, as a view has it)
-    still fits at every step of the view by Hall's condition (exact for the
-    1-GPU replicas the caller allows). Then the view's priority-order build
+def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarray,
+                   committed: Committed, owner: torch.Tensor) -> bool:
+    """Start `new`, the rigid jobs arriving at tau, now, written into `owner`
+    and `committed`, where they alone wait (the caller's test), each,
+    highest priority first, finds a block free for its whole run (the best
+    fit, as the core picks), and beside them the services' demand
+    (observed at tau, forecast after, as a view has it) still fits at every
+    step of the view by Hall's condition (exact for the 1-GPU replicas the
+    caller allows). Then the view's priority-order build
     is this and ideal, so the allocator's replan returns it at once. False,
     with nothing written, where any fails: the loop replans."""
     lay = layout(s)
-    new = np.flatnonzero((lay.arrival == tau) & lay.rigid & ~lay.unplaceable)
-    if not len(new) or not _decides_nothing(s, tau - 1, committed, None):  # one waits
-        return False
     obs = visible(s, tau, services_only=True)
     steps = s.T - tau - 1
     future = (oracle(obs, steps) if oracle is not None
