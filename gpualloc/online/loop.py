@@ -137,14 +137,18 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             replans += periodic
             arrival_replans += not periodic
             previous = _remember(v, index, planned, tau, s)
-        due = _commit_rigid(v, index, planned, tau, stop, owner, committed,
-                            0 if guarded else 1 if o.commit_at_start else None)
+        due, moved = _commit_rigid(v, index, planned, tau, stop, owner, committed,
+                                   0 if guarded else 1 if o.commit_at_start else None)
         # Between replans only jobs that are not preemptible start: the
         # preemptible jobs' segments stay as committed, read once for both.
         seg = segments(s, owner) if bool(s.preemptible.any()) else None
         if o.fill_between or due:
+            # tau's own starts (guarded) see the replan's view where the
+            # commits left it as it was (no arrivals expected: placeholders
+            # are the replan's own).
+            same = (v, index) if guarded and not moved and o.arrivals != "history" else None
             done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
-                                    guarded, copies, seg)
+                                    guarded, copies, seg, same)
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner, seg)
@@ -347,13 +351,13 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
 
 
 def _commit_rigid(v, index, planned, tau, stop, owner, committed,
-                  due_from: int | None = None) -> dict[int, tuple[int, int]]:
+                  due_from: int | None = None) -> tuple[dict[int, tuple[int, int]], bool]:
     # A rigid job the plan starts inside the window runs there to its end; a
     # preemptible one, to the end of that segment. A running preemptible job
     # the plan cuts inside the window stops there. With `due_from`, jobs (not
     # preemptible) the plan starts at tau + due_from or later are returned
     # instead, job -> (planned start, first GPU): decided at that step
-    # (_between_replans).
+    # (_between_replans). Also returns whether `committed` changed.
     R = stop - tau
     plan, fixed = planned.numpy(), v.fixed.numpy()  # (G, T) each
     # Jobs the plan runs inside the window (IDLE marks the spare last entry).
@@ -366,6 +370,7 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
             & np.where(decided, v.preemptible.numpy(), in_window[:-1]))
     decided = decided.tolist()
     commits = []
+    moved = False
     for vj in np.flatnonzero(acts).tolist():
         job, j = v.jobs[vj], index[vj]
         runs = _runs(plan == vj)
@@ -380,6 +385,7 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
                 cut = owner[g0:g0 + k, tau + kept:tau + length]
                 cut[cut == j] = IDLE
                 committed.end[j] = tau + kept
+                moved = True
             if kept:
                 runs = ([(kept, runs[0][1], g0)] if runs[0][1] > kept else []) + runs[1:]
         commits += [(j, job, run) for run in (runs if job.preemptible else runs[:1])
@@ -394,7 +400,7 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
         owner[g0:g0 + job.gpus, tau + t0:tau + t1] = j
         committed.start[j] = (tau + t0, g0)
         committed.end[j] = tau + t1
-    return due
+    return due, moved or bool(commits)
 
 
 def _runs(cells: np.ndarray) -> list[tuple[int, int, int]]:
@@ -415,7 +421,8 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                      previous: np.ndarray | None, committed: Committed,
                      owner: torch.Tensor, due: dict[int, tuple[int, int]],
                      guarded: bool = False, copies: dict | None = None,
-                     seg: Segments | None = None) -> tuple[int, int]:
+                     seg: Segments | None = None,
+                     same: tuple[Scenario, list[int]] | None = None) -> tuple[int, int]:
     """The steps between two replans, as a scheduler runs them, each decided
     from what is known at that step t (its view is built like a replan's,
     and with `guarded`, tau's own starts decided here too, and only where
@@ -429,7 +436,8 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
       after tau starts at t if a block is free for its whole run where the
       forecast real-time demand still fits (a backfill pass); highest
       priority first.
-    `seg`: the executed plan's segments at tau, when the caller has them.
+    `seg`: the executed plan's segments at tau, when the caller has them;
+    `same`: the replan's view and index, when the view at tau would be it.
     Returns (arrivals started, due jobs that did not start at their step)."""
     filled, deferred = 0, 0
     waiting: list[int] = []  # due jobs that did not start at their step
@@ -451,7 +459,8 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         if progress is not None:  # segments committed at tau: their progress by t
             made = progress[:, :t].sum(1)
             now = replace(committed, progress=_made(s, committed, made))
-        v, index = view_at(s, t, o, oracle, now, copies=copies)
+        v, index = (same if t == tau and same is not None
+                    else view_at(s, t, o, oracle, now, copies=copies))
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)
