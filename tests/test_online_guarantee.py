@@ -228,3 +228,33 @@ def test_a_step_is_short_only_where_work_that_cannot_yield_leaves_no_packing(d, 
         replicas = [j for j in range(s.J) if not lay.rigid[j]
                     for _ in range(int(s.guaranteed[j, t]))]
         assert _search(lay, ~held, replicas, SEARCH_STEPS) is None, (t, column.tolist())
+
+
+@pytest.mark.parametrize("policy", ["greedy", "allocator"])
+@pytest.mark.parametrize("every", [1, 6])
+def test_the_starts_at_a_replan_see_its_view_as_one_built_again(policy, every, monkeypatch):
+    """Under the guarantee, the starts at a replan's own step are decided on
+    the replan's view where its commits left it as it was: the same plan as
+    with that view built again at the step."""
+    import gpualloc as ga
+    from gpualloc.online import loop
+
+    # Training preemptible: the replans commit and cut segments, so the view
+    # at the step is the replan's at some steps and is built again at others.
+    s = ga.generate("training_heavy", seed=0, horizon=24)
+    settings = dict(mode="online", online={"replan_every": every}, min_served=1.0,
+                    preemptible=["training"], restart_cost=1)
+    reused = []
+    between = loop._between_replans
+
+    def counted(*args):
+        reused.append(args[-1] is not None)
+        return between(*args)
+
+    monkeypatch.setattr(loop, "_between_replans", counted)
+    p = ga.plan(s, policy, **settings)  # checked: rules 1-3
+    assert any(reused) and not all(reused)  # both paths ran
+    monkeypatch.setattr(loop, "_between_replans", lambda *args: between(*args[:-1], None))
+    again = ga.plan(s, policy, **settings)
+    assert torch.equal(p.owner, again.owner)
+    assert metrics(p.scenario, p.owner)["guarantee_shortfall"] == 0
