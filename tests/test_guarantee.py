@@ -147,7 +147,8 @@ def test_a_step_the_search_packs_keeps_the_side_first_fit_packs():
     assert (owner[1] == 1).sum() == 1 and owner[1][4:].tolist().count(1) == 1
     free = (owner == -1).all(0)
     assert free[0] and free[1], owner
-    # The reclaim's search (one column) packs the same side.
+    # The search of one column (a reclaimed step's, core.guarantee.pack_steps) packs the
+    # same side.
     lay = layout(s)
     found = _search(lay, np.ones(8, dtype=bool), [0, 0, 1], SEARCH_STEPS)
     assert found is not None and min(found) >= 2, found

@@ -80,11 +80,39 @@ def _pack_guaranteed(s: Scenario, owner: np.ndarray, strict: bool,
     whole = need if whole is None else whole
     jobs = packing_order(lay, [j for j in range(s.J) if not lay.rigid[j] and whole[j].any()])
     if jobs:
-        free = owner == IDLE
-        served = fill_elastic(lay, free, owner, jobs, need[jobs], high=True)  # (E, T)
-        short = np.flatnonzero((served < need[jobs]).any(0))
-        if len(short):
-            _settle(s, owner, jobs, whole[jobs][:, short], short, strict)
+        guaranteed = np.zeros(lay.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
+        guaranteed[jobs] = True
+        missing = pack_steps(lay, owner, owner == IDLE, jobs, need[jobs],
+                             SEARCH_STEPS if strict else AIM_STEPS, whole[jobs],
+                             held=guaranteed[owner])
+        if strict and missing.any():
+            t = int(np.flatnonzero(missing)[0])
+            _name_the_short(s, owner, jobs, whole[jobs][:, t], t)
+
+
+def pack_steps(lay, owner: np.ndarray, free: np.ndarray, jobs, need: np.ndarray, budget: int,
+               whole: np.ndarray | None = None, held: np.ndarray | None = None) -> np.ndarray:
+    """The guarantee's packing, at every step of `owner` (S, G), written into
+    it: `need` (E, S) replicas of `jobs` (in packing_order) first fit on the
+    highest `free` (S, G) blocks; where that leaves one out, the exhaustive
+    search of the step's blocks packs `whole` (E, S; default `need`) there
+    on the free cells and those `held` (S, G) by the jobs, and first fit's
+    packing stays where it finds none (or gives up after `budget` tries).
+    The footprint packs every step so, and a reclaimed step its column.
+    Returns (S,) the replicas still missing per step."""
+    whole = need if whole is None else whole
+    searchable = free if held is None else free | held
+    served = fill_elastic(lay, free.copy(), owner, jobs, need, high=True)  # (E, S)
+    missing = np.maximum(need - served, 0).sum(0)  # (S,)
+    short = np.flatnonzero(missing)
+    if len(short):
+        found = np.zeros(len(short), dtype=np.bool_)
+        _settle_steps(owner, short.astype(np.int64), searchable,
+                      np.asarray(jobs, dtype=np.int64), whole[:, short].astype(np.int64),
+                      lay.gpus, lay.job_class, lay.class_ptr, lay.class_blocks, lay.pool_ok,
+                      lay.gpu_pool, budget, found)
+        missing[short[found]] = 0
+    return missing
 
 
 def packing_order(lay, services) -> list[int]:
@@ -128,24 +156,14 @@ def with_footprint(s: Scenario, owner: np.ndarray) -> Scenario:
     return out
 
 
-def _settle(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,
-            steps: np.ndarray, strict: bool) -> None:
-    """First fit left a service short at `steps` (S,): at each, search every
-    packing of the step's guaranteed replicas `need` (E, S) of `jobs` (in
-    packing_order) and write it; or name the first service short (`strict`),
-    or leave first fit's packing."""
+def _name_the_short(s: Scenario, owner: np.ndarray, jobs: list[int], need: np.ndarray,
+                    t: int) -> None:
+    """Raise the GuaranteeError of step t, where no packing of the
+    guaranteed replicas `need` (E,) of `jobs` was found: the services whose
+    guarantees break Hall's condition, else the first service short."""
     lay = layout(s)
-    guaranteed = np.zeros(lay.J, dtype=np.bool_)
+    guaranteed = np.zeros(lay.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
     guaranteed[jobs] = True
-    found = np.zeros(len(steps), dtype=np.bool_)
-    _settle_steps(owner, steps.astype(np.int64), np.asarray(jobs, dtype=np.int64),
-                  need.astype(np.int64), guaranteed, lay.gpus, lay.job_class,
-                  lay.class_ptr, lay.class_blocks, lay.pool_ok, lay.gpu_pool,
-                  SEARCH_STEPS if strict else AIM_STEPS, found)
-    if not strict or found.all():
-        return  # not strict: first fit's partial packing stays where none was found
-    i = int(np.argmin(found))
-    t, need = int(steps[i]), need[:, i]
     free = (owner[t] == IDLE) | guaranteed[owner[t]]
     alone = [j for j, n in zip(jobs, need.tolist())
              if n * int(lay.gpus[j]) > int((lay.compat(j) & free).sum())]
@@ -172,7 +190,7 @@ def _name_the_broken_set(s: Scenario, t: int, free: np.ndarray, replicas: dict) 
     inside one of theirs (or are any pools) and whose guaranteed `replicas`
     at t need more GPUs than those pools have `free` (G,): Hall's condition,
     broken where it is tightest (no service breaks it alone). Return when
-    none is broken: the blocks do not pack (_settle names a service short)."""
+    none is broken: the blocks do not pack (_name_the_short names a service short)."""
     lay = layout(s)
     gpus = {j: int(n) * int(lay.gpus[j]) for j, n in replicas.items() if n > 0}
     broken = []
@@ -199,18 +217,16 @@ def _name_the_broken_set(s: Scenario, t: int, free: np.ndarray, replicas: dict) 
 
 
 @njit(cache=True)
-def _settle_steps(owner, steps, jobs, need, guaranteed, gpus, job_class, class_ptr,
+def _settle_steps(owner, steps, searchable, jobs, need, gpus, job_class, class_ptr,
                   class_blocks, pool_ok, gpu_pool, budget, found):
-    """At each step t = steps[i]: the guaranteed services' cells of owner[t]
-    freed and `need[:, i]` replicas of each of `jobs` (in packing_order)
-    packed there by `_place`; owner[t] rewritten where a packing is found
-    (found[i]), left as it is where not."""
+    """At each step t = steps[i]: `need[:, i]` replicas of each of `jobs` (in
+    packing_order) packed by `_place` on the `searchable` (S, G) cells of
+    owner[t]; owner[t] rewritten there where a packing is found (found[i]),
+    left as it is where not."""
     G = owner.shape[1]
     for i in range(steps.shape[0]):
         t = steps[i]
-        free = np.empty(G, dtype=np.bool_)
-        for g in range(G):
-            free[g] = owner[t, g] == -1 or guaranteed[owner[t, g]]
+        free = searchable[t].copy()
         N = 0
         for e in range(jobs.shape[0]):
             N += need[e, i]
@@ -236,7 +252,9 @@ def _settle_steps(owner, steps, jobs, need, guaranteed, gpus, job_class, class_p
 def _search(lay, free: np.ndarray, replicas: list[int], budget: int) -> list[int] | None:
     """Blocks (first GPUs) for every replica inside the free GPUs, or None
     when there is none (or the search gave up after `budget` tries).
-    `replicas`: in packing_order, a service's replicas together."""
+    `replicas`: in packing_order, a service's replicas together. The
+    search of one column, as `pack_steps` runs it at a step; the tests ask
+    it whether a column packs."""
     if not replicas:
         return []
     replica = np.asarray(replicas, dtype=np.int64)

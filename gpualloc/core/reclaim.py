@@ -14,11 +14,11 @@ replicas take GPUs from work that may yield, in this order:
    cut is undone again (the last first) where the packing holds without it.
 
 What non-preemptible rigid work holds never yields: the replicas that still
-do not fit are the step's shortfall. The column is re-packed with the same
-elastic fill as everywhere (gpualloc.core.pack), the guaranteed replicas in
-the footprint's order on the highest blocks (core.guarantee.packing_order),
-falling back on the guarantee's exhaustive search (gpualloc.core.guarantee)
-when first fit leaves a guaranteed replica out.
+do not fit are the step's shortfall. The guaranteed replicas are packed as
+the footprint packs a step (core.guarantee.pack_steps: first fit on the
+highest blocks in the footprint's order, then the exhaustive search where
+that leaves one out), and the rest of the demand with the same elastic fill
+as everywhere (gpualloc.core.pack).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpualloc.core.guarantee import _search, packing_order
+from gpualloc.core.guarantee import pack_steps, packing_order
 from gpualloc.core.pack import fill_elastic
 from gpualloc.plan import IDLE
 
@@ -59,24 +59,13 @@ def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarr
                      guaranteed: np.ndarray) -> tuple[np.ndarray, int]:
     """`base` (G,) with the `released` jobs' GPUs freed and every service's
     guaranteed replicas packed there, the services in `order`
-    (core.guarantee.packing_order): first fit, then the exhaustive search.
-    Returns the column and the guaranteed replicas left out."""
-    col = base.copy()
+    (core.guarantee.packing_order), as the footprint packs a step
+    (core.guarantee.pack_steps). Returns the column and the guaranteed
+    replicas left out."""
+    col = base.copy()[None, :]
     col[np.isin(col, released)] = IDLE
-    free = col == IDLE
-    first = col.copy()
-    served = fill_elastic(lay, free.copy()[None, :], first[None, :], order,
-                          guaranteed[order][:, None], high=True)[:, 0]
-    short = int((guaranteed[order] - served).sum())
-    if short == 0:
-        return first, 0
-    replicas = [int(j) for j, n in zip(order, guaranteed[order]) for _ in range(int(n))]
-    found = _search(lay, free, replicas, RECLAIM_STEPS)
-    if found is None:
-        return first, short
-    for j, b in zip(replicas, found):
-        col[b:b + lay.gpus[j]] = j
-    return col, 0
+    missing = pack_steps(lay, col, col == IDLE, order, guaranteed[order][:, None], RECLAIM_STEPS)
+    return col[0], int(missing[0])
 
 
 def _packed(lay, order) -> np.ndarray:
