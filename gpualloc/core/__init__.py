@@ -31,8 +31,13 @@ import numpy as np
 import torch
 
 from gpualloc.core.layout import layout
+from gpualloc.jitcache import drop_stale
 from gpualloc.plan import held
 from gpualloc.scenario import Scenario
+
+# Before any compiled loop loads its cache (at its first call): numba would
+# keep a loop compiled from sources edited since (gpualloc.jitcache).
+drop_stale()
 
 
 def priority_order(s: Scenario, jobs=None) -> list[int]:
