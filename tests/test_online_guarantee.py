@@ -1,6 +1,8 @@
 """Rule 4 online: the step where actual demand jumps above the forecast
 takes GPUs from work that may yield (gpualloc.core.reclaim), and reports
 the shortfall only where non-preemptible work holds them."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -246,15 +248,21 @@ def test_the_starts_at_a_replan_see_its_view_as_one_built_again(policy, every, m
                     preemptible=["training"], restart_cost=1)
     reused = []
     between = loop._between_replans
+    signature = inspect.signature(between)
 
-    def counted(*args):
-        reused.append(args[-1] is not None)
-        return between(*args)
+    def counted(*args, **kwargs):
+        reused.append(signature.bind(*args, **kwargs).arguments.get("same") is not None)
+        return between(*args, **kwargs)
+
+    def built_again(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        call.arguments["same"] = None
+        return between(*call.args, **call.kwargs)
 
     monkeypatch.setattr(loop, "_between_replans", counted)
     p = ga.plan(s, policy, **settings)  # checked: rules 1-3
     assert any(reused) and not all(reused)  # both paths ran
-    monkeypatch.setattr(loop, "_between_replans", lambda *args: between(*args[:-1], None))
+    monkeypatch.setattr(loop, "_between_replans", built_again)
     again = ga.plan(s, policy, **settings)
     assert torch.equal(p.owner, again.owner)
     assert metrics(p.scenario, p.owner)["guarantee_shortfall"] == 0
