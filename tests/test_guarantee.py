@@ -100,6 +100,41 @@ def test_first_fit_failure_is_decided_by_search():
         check_guarantee(no)
 
 
+def test_pack_steps_searches_where_first_fit_leaves_one_out():
+    # The scenario above that packs: a and b (2 GPUs, type A or B), c (1 GPU,
+    # B only, 3 replicas); GPUs 0-3 are A, 4-7 B. Step 0 all free, step 1 with
+    # GPUs 0-1 held by other work, step 2 with a's replica already on 4-5.
+    from gpualloc.core.guarantee import SEARCH_STEPS, pack_steps, packing_order
+    from gpualloc.core.layout import layout
+    from gpualloc.plan import IDLE
+
+    both = ["A", "B"]
+    s = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
+                       service("b", [1], gpus=2, gpu_types=both),
+                       service("c", [3], gpus=1, gpu_types=["B"])],
+                      pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
+    lay, a, b, c = layout(s), 0, 1, 2
+    jobs = packing_order(lay, [a, b, c])
+    owner = np.full((3, 8), IDLE, dtype=np.int64)
+    owner[1, 0:2] = 9  # not a service of `jobs`: never freed
+    owner[2, 4:6] = a
+    whole = np.array([[1, 1, 1] if j != c else [3, 3, 3] for j in jobs])  # (E, S)
+    need = whole.copy()
+    need[jobs.index(a), 2] = 0  # step 2 holds it already
+    held = np.isin(owner, jobs)
+    missing = pack_steps(lay, owner, owner == IDLE, jobs, need, SEARCH_STEPS, whole, held)
+    # Steps 0 and 2: first fit puts a and b on B and leaves c out; the search
+    # moves them to A (at step 2 a's held replica too).
+    assert missing.tolist() == [0, 3, 0]
+    for t in (0, 2):
+        assert sorted(owner[t, :4].tolist()) == [a, a, b, b], owner[t]
+        assert owner[t, 4:].tolist().count(c) == 3, owner[t]
+    # Step 1: only one 2-GPU replica fits on A, so c cannot have 3 of B: no
+    # packing, and first fit's stays (a and b on B, c short by 3).
+    assert sorted(owner[1, 4:].tolist()) == [a, a, b, b] and c not in owner[1]
+    assert owner[1, :2].tolist() == [9, 9]
+
+
 def test_a_packing_that_fills_few_pools_last_is_found():
     # A step of `broad` (seed 15, t=16, min_served=1) refused before:
     # 56 of 64 GPUs guaranteed, 46 in 2-GPU replicas that fit anywhere, 3
