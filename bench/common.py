@@ -2,6 +2,7 @@
 machine and the commit."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -146,10 +147,24 @@ def worktree(commit: str):
 
 def run_in(checkout: Path, script: str, spec: dict):
     """`script` run by Python in `checkout` (its own gpualloc and bench), with
-    `spec` as JSON in argv[1]; returns the JSON of its last line of output."""
+    `spec` as JSON in argv[1]; returns the JSON of its last line of output.
+    Refuses a run during which the checkout's sources changed (an edit while
+    this checkout is measured would mix two versions of it)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
+    before = sources_digest(checkout)
     r = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], cwd=checkout, env=env,
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"recording in {checkout} failed:\n{r.stderr[-3000:]}")
+    if sources_digest(checkout) != before:
+        raise SystemExit(f"the sources in {checkout} changed while it was measured: "
+                         "run it again without editing them")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def sources_digest(checkout: Path) -> str:
+    """A hash of the Python sources of `checkout`'s gpualloc and bench."""
+    h = hashlib.sha256()
+    for p in sorted([*(checkout / "gpualloc").rglob("*.py"), *(checkout / "bench").rglob("*.py")]):
+        h.update(str(p.relative_to(checkout)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()

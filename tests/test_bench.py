@@ -242,3 +242,19 @@ def test_the_bound_is_above_every_plan_offline_and_online():
             for kw in ({}, {"mode": "online", "online": {"replan_every": 6}}):
                 p = ga.plan(s, policy, seed=0, **kw)  # checked by ga.plan
                 assert ga.metrics(s, p)["weighted_throughput"] <= b["bound"] + 1e-6
+
+
+def test_a_checkout_edited_while_measured_is_refused(tmp_path):
+    # bench.online_before_after measures this checkout in a subprocess; an
+    # edit meanwhile would mix two versions of it (it happened in s64).
+    from bench.common import run_in
+
+    for part in ("gpualloc", "bench"):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / "x.py").write_text("X = 1\n")
+    quiet = "import json, sys; print(json.dumps(json.loads(sys.argv[1])))"
+    assert run_in(tmp_path, quiet, {"a": 1}) == {"a": 1}
+    edits = ("from pathlib import Path; Path('gpualloc/x.py').write_text('X = 2\\n'); "
+             "print('{}')")
+    with pytest.raises(SystemExit, match="changed while it was measured"):
+        run_in(tmp_path, edits, {})
