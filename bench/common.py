@@ -2,7 +2,6 @@
 machine and the commit."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -13,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+from gpualloc.jitcache import sources_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +165,5 @@ def run_in(checkout: Path, script: str, spec: dict):
 
 def sources_digest(checkout: Path) -> str:
     """A hash of the Python sources of `checkout`'s gpualloc and bench."""
-    h = hashlib.sha256()
-    for p in sorted([*(checkout / "gpualloc").rglob("*.py"), *(checkout / "bench").rglob("*.py")]):
-        h.update(str(p.relative_to(checkout)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
+    files = [*(checkout / "gpualloc").rglob("*.py"), *(checkout / "bench").rglob("*.py")]
+    return sources_hash(sorted(files), checkout)

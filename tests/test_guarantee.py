@@ -79,49 +79,48 @@ def test_impossible_guarantee_names_service_timestep_replicas_and_gpus():
         assert part in msg, msg
 
 
-def test_first_fit_failure_is_decided_by_search():
-    # Two 2-GPU nodes of type A, two of type B. Two 2-GPU services may use
-    # either type, a 1-GPU one only B and wants 3. First fit (largest first,
-    # highest blocks) puts the 2-GPU replicas on B and leaves the 1-GPU service
-    # short; the search moves them to A.
+def _two_types(b_wants: int, extra=()):
+    """Two 2-GPU nodes of type A (GPUs 0-3), two of type B (4-7). Services a
+    and b of 2-GPU replicas may use either type, c of 1-GPU ones only B and
+    wants 3; b wants `b_wants`."""
     both = ["A", "B"]
-    fits = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
-                          service("b", [1], gpus=2, gpu_types=both),
-                          service("c", [3], gpus=1, gpu_types=["B"])],
+    return from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
+                          service("b", [b_wants], gpus=2, gpu_types=both),
+                          service("c", [3], gpus=1, gpu_types=["B"]), *extra],
                          pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
+
+
+def test_first_fit_failure_is_decided_by_search():
+    # First fit (largest first, highest blocks) puts the 2-GPU replicas on B
+    # and leaves c short; the search moves them to A.
+    fits = _two_types(b_wants=1)
     check_guarantee(fits)
     owner = POLICIES["greedy"](fits, composed("+scenario=file"), torch.device("cpu")).owner
     assert check(fits, owner).ok
-    no = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
-                        service("b", [2], gpus=2, gpu_types=both),
-                        service("c", [3], gpus=1, gpu_types=["B"])],
-                       pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
     with pytest.raises(GuaranteeError, match="t=0"):
-        check_guarantee(no)
+        check_guarantee(_two_types(b_wants=2))
 
 
 def test_pack_steps_searches_where_first_fit_leaves_one_out():
-    # The scenario above that packs: a and b (2 GPUs, type A or B), c (1 GPU,
-    # B only, 3 replicas); GPUs 0-3 are A, 4-7 B. Step 0 all free, step 1 with
-    # GPUs 0-1 held by other work, step 2 with a's replica already on 4-5.
+    # The scenario above that packs, over three steps: step 0 all free, step
+    # 1 with GPUs 0-1 held by a training job, step 2 with a's replica already
+    # on 4-5.
     from gpualloc.core.guarantee import SEARCH_STEPS, pack_steps, packing_order
     from gpualloc.core.layout import layout
     from gpualloc.plan import IDLE
 
-    both = ["A", "B"]
-    s = from_dict(doc([service("a", [1], gpus=2, gpu_types=both),
-                       service("b", [1], gpus=2, gpu_types=both),
-                       service("c", [3], gpus=1, gpu_types=["B"])],
-                      pools=((2, 2, "A"), (2, 2, "B")), horizon=1))
-    lay, a, b, c = layout(s), 0, 1, 2
+    s = _two_types(b_wants=1, extra=[{"id": "r", "kind": "training", "priority": 1,
+                                      "arrival": 0, "gpus": 2, "duration": 1}])
+    lay, a, b, c, r = layout(s), 0, 1, 2, 3
     jobs = packing_order(lay, [a, b, c])
     owner = np.full((3, 8), IDLE, dtype=np.int64)
-    owner[1, 0:2] = 9  # not a service of `jobs`: never freed
+    owner[1, 0:2] = r  # not a service of `jobs`: never freed
     owner[2, 4:6] = a
     whole = np.array([[1, 1, 1] if j != c else [3, 3, 3] for j in jobs])  # (E, S)
     need = whole.copy()
     need[jobs.index(a), 2] = 0  # step 2 holds it already
-    held = np.isin(owner, jobs)
+    held = np.zeros(lay.J + 1, dtype=bool)  # IDLE: the spare last entry
+    held[jobs] = True
     missing = pack_steps(lay, owner, owner == IDLE, jobs, need, SEARCH_STEPS, whole, held)
     # Steps 0 and 2: first fit puts a and b on B and leaves c out; the search
     # moves them to A (at step 2 a's held replica too).
@@ -132,7 +131,7 @@ def test_pack_steps_searches_where_first_fit_leaves_one_out():
     # Step 1: only one 2-GPU replica fits on A, so c cannot have 3 of B: no
     # packing, and first fit's stays (a and b on B, c short by 3).
     assert sorted(owner[1, 4:].tolist()) == [a, a, b, b] and c not in owner[1]
-    assert owner[1, :2].tolist() == [9, 9]
+    assert owner[1, :2].tolist() == [r, r]
 
 
 def test_a_packing_that_fills_few_pools_last_is_found():

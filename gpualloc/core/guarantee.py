@@ -83,8 +83,7 @@ def _pack_guaranteed(s: Scenario, owner: np.ndarray, strict: bool,
         guaranteed = np.zeros(lay.J + 1, dtype=np.bool_)  # IDLE: the spare last entry
         guaranteed[jobs] = True
         missing = pack_steps(lay, owner, owner == IDLE, jobs, need[jobs],
-                             SEARCH_STEPS if strict else AIM_STEPS, whole[jobs],
-                             held=guaranteed[owner])
+                             SEARCH_STEPS if strict else AIM_STEPS, whole[jobs], guaranteed)
         if strict and missing.any():
             t = int(np.flatnonzero(missing)[0])
             _name_the_short(s, owner, jobs, whole[jobs][:, t], t)
@@ -96,16 +95,18 @@ def pack_steps(lay, owner: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
     it: `need` (E, S) replicas of `jobs` (in packing_order) first fit on the
     highest `free` (S, G) blocks; where that leaves one out, the exhaustive
     search of the step's blocks packs `whole` (E, S; default `need`) there
-    on the free cells and those `held` (S, G) by the jobs, and first fit's
-    packing stays where it finds none (or gives up after `budget` tries).
-    The footprint packs every step so, and a reclaimed step its column.
-    Returns (S,) the replicas still missing per step."""
+    on the free cells and those of the jobs `held` ((J + 1,) bool, IDLE the
+    last entry) marks, and first fit's packing stays where it finds none
+    (or gives up after `budget` tries). The footprint packs every step so,
+    and a reclaimed step its column. Returns (S,) the replicas still missing
+    per step."""
     whole = need if whole is None else whole
-    searchable = free if held is None else free | held
     served = fill_elastic(lay, free.copy(), owner, jobs, need, high=True)  # (E, S)
     missing = np.maximum(need - served, 0).sum(0)  # (S,)
     short = np.flatnonzero(missing)
     if len(short):
+        # First fit wrote only on free cells: the held ones are where they were.
+        searchable = free[short] if held is None else free[short] | held[owner[short]]
         found = np.zeros(len(short), dtype=np.bool_)
         _settle_steps(owner, short.astype(np.int64), searchable,
                       np.asarray(jobs, dtype=np.int64), whole[:, short].astype(np.int64),
@@ -220,13 +221,13 @@ def _name_the_broken_set(s: Scenario, t: int, free: np.ndarray, replicas: dict) 
 def _settle_steps(owner, steps, searchable, jobs, need, gpus, job_class, class_ptr,
                   class_blocks, pool_ok, gpu_pool, budget, found):
     """At each step t = steps[i]: `need[:, i]` replicas of each of `jobs` (in
-    packing_order) packed by `_place` on the `searchable` (S, G) cells of
+    packing_order) packed by `_place` on the `searchable[i]` cells (G,) of
     owner[t]; owner[t] rewritten there where a packing is found (found[i]),
     left as it is where not."""
     G = owner.shape[1]
     for i in range(steps.shape[0]):
         t = steps[i]
-        free = searchable[t].copy()
+        free = searchable[i].copy()
         N = 0
         for e in range(jobs.shape[0]):
             N += need[e, i]

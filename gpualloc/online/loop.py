@@ -455,12 +455,14 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
         new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]
         if not now_due and not new and not waiting:
             continue
-        now = committed
-        if progress is not None:  # segments committed at tau: their progress by t
-            made = progress[:, :t].sum(1)
-            now = replace(committed, progress=_made(s, committed, made))
-        v, index = (same if t == tau and same is not None
-                    else view_at(s, t, o, oracle, now, copies=copies))
+        if t == tau and same is not None:
+            v, index = same
+        else:
+            now = committed
+            if progress is not None:  # segments committed at tau: their progress by t
+                made = progress[:, :t].sum(1)
+                now = replace(committed, progress=_made(s, committed, made))
+            v, index = view_at(s, t, o, oracle, now, copies=copies)
         to_view = {j: vj for vj, j in enumerate(index)}
         if previous is None:
             sched = Schedule(v, discount=o.discount)
