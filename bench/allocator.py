@@ -21,7 +21,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from bench.common import SEVEN, git_commit, machine
+from bench.common import SEVEN, git_commit, machine, warm_up
 from gpualloc.check import check
 from gpualloc.config import register_configs
 from gpualloc.scenario.generate import generate
@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--policy", default="allocator")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
+    warm_up()  # every compiled path first: the rows time plans
     overrides = ["solver.iterations=10", "solver.local_search_iters=10"] if args.quick else []
     seeds = list(range(args.seeds))
     info = {**machine(), "commit": git_commit(short=True)}  # before the runs: what they ran on

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, composed, git_commit, machine
+from bench.common import ROOT, composed, git_commit, machine, warm_up
 from gpualloc.check import check
 from gpualloc.scenario.generate import generate
 from gpualloc.metrics import weighted_throughput
@@ -158,6 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bounds-from", type=Path, metavar="JSON",
                     help="reuse the bounds of an earlier results file for the same scenarios")
     args = ap.parse_args(argv)
+    warm_up()  # every compiled path first: the rows time plans
     first = args.first_seed
     sizes = args.sizes or (["64:3"] if args.quick else ["64:20", "256:5"])
     plan = []

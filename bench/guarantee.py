@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, provenance, write_results
+from bench.common import ROOT, SEVEN, composed, provenance, warm_up, write_results
 from gpualloc.check import check
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
 from gpualloc.metrics import metrics
@@ -152,6 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--share", type=float, default=1.0, help="min_served of the guaranteed runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
+    warm_up()  # every compiled path first: the rows time plans
     seeds = list(range(args.seeds))
     rows = measure(seeds, args.share)
     result = {"seeds": seeds, "share": args.share, "rows": rows, "summary": summarize(rows),

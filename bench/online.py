@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, git_commit, machine
+from bench.common import ROOT, SEVEN, composed, git_commit, machine, warm_up
 from gpualloc.check import check
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import gains, metrics
@@ -206,6 +206,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "online"),
                    help="writes OUT.md and OUT.json")
     args = p.parse_args(argv)
+    warm_up()  # every compiled path first: the rows time plans
     if args.quick:
         args.seeds, args.replan_every = [0], 6
     result = bench(args)

@@ -33,7 +33,7 @@ RECORD = r'''
 import argparse, hashlib, json, sys
 spec = json.loads(sys.argv[1])
 import gpualloc as ga
-from bench.online_traces import cases, warm_up
+from bench.online_traces import cases, warm_up  # both sides have it there
 
 extra = spec.get("settings", {})  # the run's options (--guarantee)
 warm_up()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, provenance, write_results
+from bench.common import ROOT, SEVEN, composed, provenance, warm_up, write_results
 from gpualloc.check import check
 from gpualloc.config import OnlineConfig
 from gpualloc.core.guarantee import GuaranteeError, check_guarantee
@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
+    warm_up()  # every compiled path first: the rows time plans
     rows = measure(args.seeds, args.replan_every, args.headroom, args.scenarios)
     result = {"seeds": args.seeds, "replan_every": args.replan_every, "headroom": args.headroom,
               "rows": rows, "summary": summarize(rows),

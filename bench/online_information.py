@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.common import ROOT, provenance, write_results
-from bench.online_traces import CONTENDED, WINDOWS, cases, warm_up
+from bench.common import GUARANTEE, ROOT, provenance, warm_up, write_results
+from bench.online_traces import CONTENDED, WINDOWS, cases
 
 LEVELS = {  # name -> (online.forecast, online.arrivals)
     "forecast": ("last_day", "none"),
@@ -31,7 +31,6 @@ LEVELS = {  # name -> (online.forecast, online.arrivals)
     "both": ("oracle", "oracle"),
 }
 POLICIES = ("greedy", "allocator")
-GUARANTEE = {"min_served": 1.0, "preemptible": ["training"], "restart_cost": 1}
 
 
 def measure(scenarios: list[str], seeds: list[int], windows: list[str],

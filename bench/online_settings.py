@@ -20,8 +20,8 @@ import sys
 import time
 from types import SimpleNamespace
 
-from bench.common import git_commit, machine
-from bench.online_traces import CONTENDED, WINDOWS, cases, load_avg, warm_up
+from bench.common import git_commit, machine, warm_up
+from bench.online_traces import CONTENDED, WINDOWS, cases, load_avg
 from gpualloc.files import atomic_write_text
 
 

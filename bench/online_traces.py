@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, git_commit, machine
+from bench.common import GUARANTEE, ROOT, SEVEN, git_commit, machine, warm_up
 from gpualloc.files import atomic_write_text
 
 TRACES = ROOT / "bench" / "traces"
@@ -54,7 +54,6 @@ CONTENDED = [s for s in SEVEN if s != "low_contention"]  # every job runs there 
 # The broad family (gpualloc/conf/scenario/broad.yaml): nothing online was
 # tuned on it; its reported seeds start at 100 (0-99 tune the offline search).
 FAMILY = "broad"
-GUARANTEE = dict(min_served=1.0, preemptible=["training"], restart_cost=1)
 TARGET_TIME = {6: 3.0, 1: 10.0}  # issue #28: online within 3x offline every 6 steps, 10x every step
 
 
@@ -63,24 +62,6 @@ def load_avg() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def warm_up() -> None:
-    """Compile the placement core (cached on disk) before anything is timed:
-    every path a timed run takes, on a short contended scenario of mixed GPU
-    types. (`low_contention`, used before, left the search, the relaxation
-    and the guarantee's paths to the first timed rows: from a fresh checkout
-    `mixed` seed 0's allocator took 16.7 s offline instead of 0.6 s.)"""
-    import gpualloc as ga
-
-    s = ga.generate("heterogeneous", seed=0, horizon=48)
-    for settings in ({}, GUARANTEE):
-        for policy in ("fifo", "greedy", "allocator"):
-            if policy == "fifo" and settings:
-                continue  # FIFO keeps no guarantee
-            ga.plan(s, policy, **settings)
-            if policy != "fifo":
-                ga.plan(s, policy, mode="online", online={"replan_every": 6}, **settings)
 
 
 def cases(args) -> list[tuple[str, str, int, object]]:

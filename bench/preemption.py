@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, SEVEN, composed, provenance, write_results
+from bench.common import ROOT, SEVEN, composed, provenance, warm_up, write_results
 from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.online import run_policy
@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--restart-cost", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
+    warm_up()  # every compiled path first: the rows time plans
     seeds = list(range(args.seeds))
     rows = measure(seeds, args.restart_cost)
     result = {"seeds": seeds, "restart_cost": args.restart_cost, "rows": rows,
