@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import ROOT, cell, git_commit, machine, run_child
+from bench.common import ROOT, cell, git_commit, machine, run_child, warm_up
 
 # (G, J, T). The first rung is `mixed` itself (64 GPUs, 244 jobs, a week).
 CPU_LADDER = [(32, 122, 96), (64, 244, 168), (128, 500, 168), (256, 1000, 168),
@@ -378,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="policy `bound`: HiGHS's time limit, seconds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not args.quick:  # every compiled path cached before the runs' processes start
+        warm_up()
 
     if args.child:
         spec = json.loads(args.child)
