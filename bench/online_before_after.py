@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, git_commit, machine, run_in, worktree
+from bench.common import GUARANTEE, ROOT, SEVEN, git_commit, machine, run_in, worktree
 from gpualloc.files import atomic_write_text
 
 # Runs in a checkout of either commit: only what both have.
@@ -70,8 +70,7 @@ def compare(args) -> dict:
     spec = {"only": "all" if args.windows else "seven", "windows": args.windows,
             "generated": args.generated, "scenarios": args.scenarios, "seeds": args.seeds,
             "replan_every": args.replan_every,
-            "settings": ({"min_served": 1.0, "preemptible": ["training"], "restart_cost": 1}
-                         if args.guarantee else {})}
+            "settings": GUARANTEE if args.guarantee else {}}
     runs: dict[str, list[list[dict]]] = {"base": [], "head": []}
     with worktree(args.base) as base:
         for r in range(args.rounds):

@@ -378,8 +378,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="policy `bound`: HiGHS's time limit, seconds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if not args.quick:  # every compiled path cached before the runs' processes start
-        warm_up()
 
     if args.child:
         spec = json.loads(args.child)
@@ -387,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                                  spec["device"], spec["seed"], spec.get("solver"),
                                  spec.get("bound"))), flush=True)
         return 0
+    if not args.quick:  # every compiled path cached before the runs' processes start
+        warm_up()
     solver = {}
     for item in args.set:
         key, _, value = item.partition("=")
