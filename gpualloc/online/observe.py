@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig
+from gpualloc.core.layout import layout
 from gpualloc.scenario import RIGID_KINDS, Job, Scenario, ScenarioError
 
 # ---- what is known at tau ------------------------------------------------------------
@@ -26,6 +27,10 @@ class Observation:
     history: torch.Tensor
     """(E, tau + 1) int64: observed demand of the elastic ones among `known`
     (in their order), zero before arrival."""
+    services: np.ndarray
+    """(E,) int64: those elastic jobs' scenario indices."""
+    arrival: np.ndarray
+    """(E,) int64: their arrivals."""
 
 
 def visible(s: Scenario, tau: int, arrivals_known: bool = False,
@@ -34,20 +39,23 @@ def visible(s: Scenario, tau: int, arrivals_known: bool = False,
     for the planner. `arrivals_known` (online.arrivals=oracle): the rigid
     jobs still to arrive too; `services_only`: the real-time services alone
     (a forecast without the thousands of rigid jobs)."""
-    seen = s.arrival <= tau
+    lay = layout(s)  # numpy: a view is built at most steps, and torch's small ops cost more
+    seen = lay.arrival <= tau
     if arrivals_known:
-        seen = seen | s.rigid
+        seen = seen | lay.rigid
     if services_only:
-        seen = seen & ~s.rigid
-    arrived = torch.nonzero(seen).flatten()
+        seen = seen & ~lay.rigid
+    arrived = np.flatnonzero(seen)
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
-    elastic = torch.nonzero(~s.rigid[arrived]).flatten()
+    elastic = np.flatnonzero(~lay.rigid[arrived])
     for i in elastic.tolist():
         known[i] = copy_job(known[i], demand=list(known[i].demand[:tau + 1]))
+    services = arrived[elastic]
     # Scenario.demand's rows are zero before arrival: up to tau, the history.
-    history = s.demand[arrived[elastic], :tau + 1].clone()  # (E, tau + 1)
-    return Observation(tau=tau, jobs=jobs, known=known, history=history)
+    history = torch.from_numpy(lay.demand[services, :tau + 1])  # (E, tau + 1) a copy
+    return Observation(tau=tau, jobs=jobs, known=known, history=history, services=services,
+                       arrival=lay.arrival[services])
 
 
 def copy_job(k: Job, **changes) -> Job:
@@ -71,27 +79,27 @@ def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
              step_minutes: float) -> torch.Tensor:
     """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
     observed history only (not for oracle: see `Oracle`)."""
-    h = obs.history  # (E, tau + 1)
+    h = obs.history.numpy()  # (E, tau + 1)
     tau = obs.tau
-    arrival = torch.tensor([k.arrival for k in obs.known if k.demand is not None],
-                           dtype=torch.long)  # (E,)
+    arrival = obs.arrival  # (E,)
     if method == "last_day":
         p = season(cfg, step_minutes)
-        ahead = torch.arange(1, steps + 1)  # (steps,)
+        ahead = np.arange(1, steps + 1)  # (steps,)
         # The same time of day on the last observed day.
-        src = tau + ahead - p * torch.div(ahead + p - 1, p, rounding_mode="floor")  # (steps,)
-        guess = h[:, src.clamp(min=0)].double()  # (E, steps)
+        src = tau + ahead - p * ((ahead + p - 1) // p)  # (steps,)
+        guess = h[:, np.maximum(src, 0)].astype(np.float64)  # (E, steps)
         unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
-        guess = torch.where(unseen, h[:, tau:tau + 1].double(), guess)
-    elif method == "ewma":
-        level = h[:, 0].double()
+        guess = np.where(unseen, h[:, tau:tau + 1].astype(np.float64), guess)
+    elif method == "ewma":  # torch's arithmetic (alpha times a count in float32), as it was
+        ht, at = obs.history, torch.from_numpy(arrival)
+        level = ht[:, 0].double()
         for t in range(1, tau + 1):
-            new = cfg.ewma_alpha * h[:, t] + (1 - cfg.ewma_alpha) * level
-            level = torch.where(t > arrival, new, h[:, t].double())  # restarts at arrival
-        guess = level[:, None].expand(-1, steps)
+            new = cfg.ewma_alpha * ht[:, t] + (1 - cfg.ewma_alpha) * level
+            level = torch.where(t > at, new, ht[:, t].double())  # restarts at arrival
+        guess = level[:, None].expand(-1, steps).numpy()
     else:
         raise ScenarioError(f"online.forecast={method}: not a forecast from history")
-    return torch.ceil(guess * cfg.headroom - 1e-9).clamp(min=0).long()
+    return torch.from_numpy(np.maximum(np.ceil(guess * cfg.headroom - 1e-9), 0).astype(np.int64))
 
 
 class Oracle:
@@ -101,7 +109,7 @@ class Oracle:
         self._demand = s.demand  # (J, T)
 
     def __call__(self, obs: Observation, steps: int) -> torch.Tensor:
-        el = [j for j, k in zip(obs.jobs, obs.known) if k.demand is not None]
+        el = torch.from_numpy(obs.services)
         return self._demand[el, obs.tau + 1: obs.tau + 1 + steps].reshape(len(el), steps)
 
 
