@@ -8,7 +8,8 @@ import pytest
 
 from gpualloc.check import check
 from gpualloc.config import GreedyConfig
-from gpualloc.core.classes import hall_served, restricted_first, serve_columns, served_counts, unions
+from gpualloc.core.classes import (hall_served, restricted_first, serve_columns, serve_step,
+                                   serve_steps, served_counts, unions)
 from gpualloc.core.layout import layout
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
@@ -105,6 +106,33 @@ def test_served_counts_are_serve_columns_counts(seed):
     served_counts(kept, need, *args, *rest, counts)
     assert counts.tolist() == whole.tolist()
     assert (kept == free).all()  # left as it was
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_serve_steps_is_serve_step_at_each_step(seed):
+    """The steps served together (greedy's service, a skipped replan's window)
+    are each what serve_step writes alone: where best fit serves them whole
+    and where it leaves replicas out (the other ways weighed there)."""
+    rng = np.random.default_rng(seed)
+    types = ["A100", "L40S", "H100"]
+    pools = [(int(rng.integers(1, 3)), int(rng.choice([2, 4, 8])), types[p]) for p in range(3)]
+    services = [elastic(f"e{i}", int(rng.choice([1, 2, 4])), [1] * 6,
+                        gpu_types=sorted(set(rng.choice(types, int(rng.integers(1, 4))).tolist())),
+                        priority=int(rng.integers(1, 10)))
+                for i in range(int(rng.integers(1, 7)))]
+    lay = layout(scen(pools, services))
+    jobs = np.arange(len(services), dtype=np.int64)
+    free = rng.random((12, lay.G)) < 0.7
+    need = rng.integers(0, 1 + int(rng.choice([1, 3, 8])), size=(len(jobs), 12))
+    rows = np.where(free, -1, 99).astype(np.int64)  # busy cells: some rigid job's
+    for by_class in (False, True):
+        one = rows.copy()
+        for c in range(len(one)):
+            serve_step(lay, one[c], free[c], jobs, need[:, c], by_class=by_class)
+        together = rows.copy()
+        serve_steps(lay, together, free, jobs, need, by_class=by_class)
+        assert together.tolist() == one.tolist()
+    assert (one != rows).any()  # something was served
 
 
 @pytest.mark.parametrize("type_aware", [True, False])

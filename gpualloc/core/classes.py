@@ -140,7 +140,7 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
     and, with `by_class`, `serve` by compatibility class. Greedy's service,
     and the online loop's at a step no replan planned."""
     jobs = np.asarray(jobs, dtype=np.int64)
-    need = np.asarray(need, dtype=np.int64)
+    need = np.ascontiguousarray(need, dtype=np.int64)  # a column of a (E, C) grid: one layout
     if not len(jobs):
         return
     gpus = lay.gpus[jobs]
@@ -167,6 +167,49 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
         row[:] = best
         return
     _write_replicas(row, picks, n_picks, jobs, gpus)
+
+
+def serve_steps(lay, rows: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
+                by_class: bool = False) -> None:
+    """serve_step at each of C steps: rows (C, G) written, free (C, G), need
+    (E, C). The steps where best fit serves every replica wanted (most: no
+    other way is tried there) are packed in one compiled pass; the others
+    one by one."""
+    jobs = np.asarray(jobs, dtype=np.int64)
+    if not len(jobs) or not len(rows):
+        return
+    need = np.ascontiguousarray(need, dtype=np.int64)
+    free = np.ascontiguousarray(free)
+    out = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)  # written in place
+    short = np.zeros(len(rows), dtype=np.bool_)
+    _best_fit_steps(out, free, jobs, need, lay.gpus[jobs], lay.pool_ok[jobs], lay.gpu_pool,
+                    lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node,
+                    lay.node_first, lay.node_end, short)
+    for c in np.flatnonzero(short).tolist():
+        serve_step(lay, out[c], free[c], jobs, need[:, c], by_class)
+    if out is not rows:
+        rows[:] = out
+
+
+@njit(cache=True)
+def _best_fit_steps(rows, free, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
+                    job_class, gpu_node, node_first, node_end, short):
+    """serve_step's best fit at each column c: written into rows[c] where it
+    serves every replica wanted, else short[c] (the row untouched)."""
+    E, C = need.shape
+    picks = np.zeros((E, max(need.max(), 1)), dtype=np.int64)
+    n_picks = np.zeros(E, dtype=np.int64)
+    wanted = np.zeros(E, dtype=np.int64)
+    for c in range(C):
+        for i in range(E):
+            wanted[i] = need[i, c]
+        serve_best_fit(np.logical_not(free[c]), jobs, wanted, gpus, pool_ok, gpu_pool,
+                       class_ptr, class_blocks, job_class, gpu_node, node_first, node_end,
+                       picks, n_picks)
+        if (n_picks >= wanted).all():
+            _write_replicas(rows[c], picks, n_picks, jobs, gpus)
+        else:
+            short[c] = True
 
 
 @njit(cache=True)

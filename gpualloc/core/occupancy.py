@@ -205,13 +205,18 @@ class Occupancy:
             self._mark(start, end, first, k, held=False)
             return held
 
-    def busy_unheld(self, t: int) -> np.ndarray:
+    def busy_unheld(self, t: int, end: int | None = None) -> np.ndarray:
         """(G,) bool, a copy: GPUs a rigid job or a fixed cell holds at t, the
-        reservation's cells not counted (they are free now)."""
-        busy = self.busy[t].copy()
-        if self.held is not None and self.held[0] <= t < self.held[1]:
+        reservation's cells not counted (they are free now); with `end`,
+        (end - t, G) for the steps t..end-1."""
+        if end is None:
+            return self.busy_unheld(t, t + 1)[0]
+        busy = self.busy[t:end].copy()
+        if self.held is not None:
+            a, b = max(self.held[0], t), min(self.held[1], end)
             first, k = self.held[2], self.held[3]
-            busy[first:first + k] = self.fixed[t, first:first + k] >= 0
+            if a < b:
+                busy[a - t:b - t, first:first + k] = self.fixed[a:b, first:first + k] >= 0
         return busy
 
     def copy(self) -> "Occupancy":

@@ -12,7 +12,7 @@ import torch
 from gpualloc.config import OnlineConfig, RunConfig
 from gpualloc.core import fixed_jobs, priority_order, service_order
 from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
-from gpualloc.core.classes import hall_served, serve_step, unions
+from gpualloc.core.classes import hall_served, serve_steps, unions
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -295,7 +295,7 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarr
 def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:
     """(R, G) the window's actual demand, step by step, on the GPUs rigid
     work leaves free, packed the best way the core packs a step
-    (gpualloc.core.classes.serve_step: greedy's ways and the allocator's,
+    (gpualloc.core.classes.serve_steps: greedy's ways and the allocator's,
     by class), by scenario index; IDLE elsewhere. A skipped replan's
     planned replicas."""
     lay = layout(s)
@@ -303,8 +303,8 @@ def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray
     out = np.full(window.shape, IDLE, dtype=np.int64)
     demand = lay.demand[:, tau:stop]
     jobs = service_order(s, np.flatnonzero(demand.any(1)).tolist())
-    for c in range(len(window)) if jobs else ():
-        serve_step(lay, out[c], window[c] == IDLE, jobs, demand[jobs, c], by_class=True)
+    if jobs:
+        serve_steps(lay, out, window == IDLE, jobs, demand[jobs], by_class=True)
     return out
 
 

@@ -55,7 +55,7 @@ from gpualloc.core import (PoolDemand, fixed_jobs, ideal_throughput, owner_of, p
                            service_order, still_wanted, time_major)
 from gpualloc.core import blocks as kb
 from gpualloc.core.blocks import runs_in_nodes
-from gpualloc.core.classes import serve_step
+from gpualloc.core.classes import serve_steps
 from gpualloc.core.guarantee import planning_fixed
 from gpualloc.core.easy import easy_pass
 from gpualloc.core.footprint import EPS, Footprint, worth_displacing
@@ -633,10 +633,14 @@ class _Greedy:
             self.queue_changed()
 
     # ---- elastic service at t -----------------------------------------------------------------
-    def serve_elastic(self, t: int) -> None:
-        if self.elastic:
-            serve_step(self.lay, self.owner[t], ~self.hard.busy_unheld(t), self.el,
-                       self.need[self.el, t])
+    def serve_elastic(self, lo: int, hi: int) -> None:
+        """Real-time service at steps lo..hi-1, once their rigid decisions are
+        made: a step's rigid cells are final after its own decisions (later
+        ones start, hold and cut from later steps), and no rigid decision
+        reads the replicas, so the steps are served together."""
+        if self.elastic and hi > lo:
+            serve_steps(self.lay, self.owner[lo:hi], ~self.hard.busy_unheld(lo, hi), self.el,
+                        self.need[self.el, lo:hi])
 
     # ---- main loop ----------------------------------------------------------------------------
     def run(self, window: int | None = None) -> Plan:
@@ -655,5 +659,5 @@ class _Greedy:
         for t in range(self.now, end):
             if self.queue:
                 self.schedule_rigid(t)
-            self.serve_elastic(t)
+        self.serve_elastic(self.now, end)
         self.now = max(self.now, end)
