@@ -78,11 +78,10 @@ def test_hall_served_compiled_matches_the_numpy_rule(seed):
         hall_reference(lay, subsets, free, jobs, need).tolist()
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_served_counts_are_serve_columns_counts(seed):
-    """The local search's counts-only service (columns the plain fill serves
-    whole are not packed again) counts what serve_columns serves, on short
-    columns and whole ones."""
+def random_steps(seed: int):
+    """A random cluster of three GPU types, 1-6 services of 1-4-GPU replicas
+    (each on some of the types) and 12 steps: (layout, the services, free
+    (12, G), need (E, 12))."""
     rng = np.random.default_rng(seed)
     types = ["A100", "L40S", "H100"]
     pools = [(int(rng.integers(1, 3)), int(rng.choice([2, 4, 8])), types[p]) for p in range(3)]
@@ -94,6 +93,15 @@ def test_served_counts_are_serve_columns_counts(seed):
     jobs = np.arange(len(services), dtype=np.int64)
     free = rng.random((12, lay.G)) < 0.7
     need = rng.integers(0, 1 + int(rng.choice([1, 3, 8])), size=(len(jobs), 12))
+    return lay, jobs, free, need
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_served_counts_are_serve_columns_counts(seed):
+    """The local search's counts-only service (columns the plain fill serves
+    whole are not packed again) counts what serve_columns serves, on short
+    columns and whole ones."""
+    lay, jobs, free, need = random_steps(seed)
     args = (lay.gpus[jobs], lay.pool_ok[jobs], lay.node_first, lay.node_end, lay.node_pool,
             lay.pool_gpn, lay.pool_nodes)
     rest = (lay.gpu_node, unions(lay, jobs.tolist()), lay.gpu_pool,
@@ -113,17 +121,7 @@ def test_serve_steps_is_serve_step_at_each_step(seed):
     """The steps served together (greedy's service, a skipped replan's window)
     are each what serve_step writes alone: where best fit serves them whole
     and where it leaves replicas out (the other ways weighed there)."""
-    rng = np.random.default_rng(seed)
-    types = ["A100", "L40S", "H100"]
-    pools = [(int(rng.integers(1, 3)), int(rng.choice([2, 4, 8])), types[p]) for p in range(3)]
-    services = [elastic(f"e{i}", int(rng.choice([1, 2, 4])), [1] * 6,
-                        gpu_types=sorted(set(rng.choice(types, int(rng.integers(1, 4))).tolist())),
-                        priority=int(rng.integers(1, 10)))
-                for i in range(int(rng.integers(1, 7)))]
-    lay = layout(scen(pools, services))
-    jobs = np.arange(len(services), dtype=np.int64)
-    free = rng.random((12, lay.G)) < 0.7
-    need = rng.integers(0, 1 + int(rng.choice([1, 3, 8])), size=(len(jobs), 12))
+    lay, jobs, free, need = random_steps(seed)
     rows = np.where(free, -1, 99).astype(np.int64)  # busy cells: some rigid job's
     for by_class in (False, True):
         one = rows.copy()
