@@ -24,6 +24,9 @@ class Committed:
     """Preemptible jobs: job -> the end of that segment."""
     progress: dict[int, int] = field(default_factory=dict)
     """Preemptible jobs: job -> steps of progress made before tau."""
+    finished: set[int] = field(default_factory=set)
+    """Jobs that are not preemptible, seen finished by a view: a later view
+    skips them at once (most known jobs of a long trace have finished)."""
 
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
@@ -41,7 +44,10 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     rows = torch.cat([obs.history[:, tau:tau + 1], future], 1)  # (E, T)
     services = []  # view job of each row
     e = 0
+    finished = committed.finished
     for j, k in zip(obs.jobs, obs.known):
+        if j in finished:
+            continue
         if k.demand is not None:
             services.append(len(jobs))
             jobs.append(copy_job(k, arrival=0, demand=rows[e].tolist()))
@@ -61,7 +67,8 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             s0, g0 = committed.start[j]
             end = s0 + k.duration
             if end <= tau:
-                continue  # finished
+                finished.add(j)
+                continue
             jobs.append(copy_job(k, arrival=0, duration=min(end, horizon) - tau))
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
         elif k.arrival > tau:  # known before it arrives (online.arrivals=oracle)
