@@ -151,6 +151,22 @@ def test_views_reuse_their_copies_of_waiting_jobs_until_the_horizon_cuts_them():
     assert cut and copies  # the cut durations came in new copies
 
 
+def test_views_skip_the_jobs_seen_finished_and_are_the_same_views():
+    from gpualloc.api import generate
+    from gpualloc.online.view import Committed, view_at
+
+    # Every rigid job started at its arrival on GPU 0 (where is no matter to a view).
+    s, o = generate("batch_flood", seed=0), OnlineConfig()
+    started = {j: (k.arrival, 0) for j, k in enumerate(s.jobs) if k.rigid and not k.preemptible}
+    kept = Committed(start=dict(started))
+    for t in range(0, s.T, 7):
+        a, index = view_at(s, t, o, None, kept)
+        b, same = view_at(s, t, o, None, Committed(start=dict(started)))
+        assert index == same and a.to_dict() == b.to_dict()
+    ended = {j for j, (t0, _) in started.items() if t0 + s.jobs[j].duration <= t}
+    assert kept.finished == ended and ended  # each one seen once, none too early
+
+
 @given(scenario_docs(max_horizon=12), st.integers(1, 3))
 def test_placeholders_copy_seen_jobs_and_never_run(doc, every):
     s = from_dict(doc)
