@@ -171,45 +171,79 @@ def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
 
 def serve_steps(lay, rows: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                 by_class: bool = False) -> None:
-    """serve_step at each of C steps: rows (C, G) written, free (C, G), need
-    (E, C). The steps where best fit serves every replica wanted (most: no
-    other way is tried there) are packed in one compiled pass; the others
-    one by one."""
+    """serve_step at each of C steps, in one compiled pass: rows (C, G)
+    written, free (C, G), need (E, C)."""
     jobs = np.asarray(jobs, dtype=np.int64)
     if not len(jobs) or not len(rows):
         return
-    need = np.ascontiguousarray(need, dtype=np.int64)
-    free = np.ascontiguousarray(free)
     out = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)  # written in place
-    short = np.zeros(len(rows), dtype=np.bool_)
-    _best_fit_steps(out, free, jobs, need, lay.gpus[jobs], lay.pool_ok[jobs], lay.gpu_pool,
-                    lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node,
-                    lay.node_first, lay.node_end, short)
-    for c in np.flatnonzero(short).tolist():
-        serve_step(lay, out[c], free[c], jobs, need[:, c], by_class)
+    subsets = unions(lay, jobs) if by_class else _NO_SUBSETS
+    order = restricted_first(lay, jobs) if by_class else _NO_ORDER
+    gpus = lay.gpus[jobs]
+    _serve_steps(out, np.ascontiguousarray(free), jobs, np.ascontiguousarray(need, dtype=np.int64),
+                 gpus, lay.pool_ok[jobs], (lay.priority[jobs] * gpus).astype(np.float64),
+                 lay.gpu_pool, lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node,
+                 lay.node_first, lay.node_end, lay.node_pool, lay.pool_gpn, lay.pool_nodes,
+                 np.bool_(by_class), subsets, order, np.bool_(True))
     if out is not rows:
         rows[:] = out
 
 
 @njit(cache=True)
-def _best_fit_steps(rows, free, jobs, need, gpus, pool_ok, gpu_pool, class_ptr, class_blocks,
-                    job_class, gpu_node, node_first, node_end, short):
-    """serve_step's best fit at each column c: written into rows[c] where it
-    serves every replica wanted, else short[c] (the row untouched)."""
+def _serve_steps(rows, free, jobs, need, gpus, pool_ok, weight, gpu_pool, class_ptr,
+                 class_blocks, job_class, gpu_node, node_first, node_end, node_pool, pool_gpn,
+                 pool_nodes, by_class, subsets, order, high):
+    """serve_step at each column c of rows: best fit; where it leaves a
+    replica out, the highest free blocks first (fill) and, by_class, the
+    classes' way (serve_columns), the most valuable kept (ties: the first).
+    Values are summed in job order, as serve_step sums them. `high`: True
+    (an argument, so that the loops it is handed to are typed as for their
+    other callers, not for a literal)."""
     E, C = need.shape
+    G = rows.shape[1]
     picks = np.zeros((E, max(need.max(), 1)), dtype=np.int64)
     n_picks = np.zeros(E, dtype=np.int64)
-    wanted = np.zeros(E, dtype=np.int64)
+    wanted = np.zeros((E, 1), dtype=np.int64)
+    served = np.zeros((E, 1), dtype=np.int64)
+    want = np.zeros(E, dtype=np.int64)
+    first = np.zeros(1, dtype=np.int64)
     for c in range(C):
         for i in range(E):
-            wanted[i] = need[i, c]
-        serve_best_fit(np.logical_not(free[c]), jobs, wanted, gpus, pool_ok, gpu_pool,
-                       class_ptr, class_blocks, job_class, gpu_node, node_first, node_end,
-                       picks, n_picks)
-        if (n_picks >= wanted).all():
+            want[i] = wanted[i, 0] = need[i, c]
+        serve_best_fit(np.logical_not(free[c]), jobs, want, gpus, pool_ok,
+                       gpu_pool, class_ptr, class_blocks, job_class, gpu_node, node_first,
+                       node_end, picks, n_picks)
+        whole = True
+        for i in range(E):
+            if n_picks[i] < wanted[i, 0]:
+                whole = False
+        if whole:  # no way serves more
             _write_replicas(rows[c], picks, n_picks, jobs, gpus)
+            continue
+        best_value = 0.0
+        for i in range(E):
+            best_value += weight[i] * n_picks[i]
+        best = np.empty((0, G), dtype=np.int64)
+        for way in range(2 if by_class else 1):
+            col_free = free[c:c + 1].copy()
+            col = rows[c:c + 1].copy()
+            served[:, 0] = 0
+            if way == 0:
+                fill(col_free, col, jobs, wanted, gpus, pool_ok, node_first, node_end,
+                     node_pool, pool_gpn, pool_nodes, high, served, gpu_node, first)
+            else:
+                serve_columns(col_free, col, jobs, wanted, gpus, pool_ok, node_first, node_end,
+                              node_pool, pool_gpn, pool_nodes, not high, gpu_node, subsets,
+                              gpu_pool, order, weight, high, served)
+            value = 0.0
+            for i in range(E):
+                value += weight[i] * served[i, 0]
+            if value > best_value:
+                best, best_value = col, value
+        if best.shape[0]:
+            rows[c] = best[0]
         else:
-            short[c] = True
+            _write_replicas(rows[c], picks, n_picks, jobs, gpus)
 
 
 @njit(cache=True)
