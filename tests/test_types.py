@@ -8,8 +8,9 @@ import pytest
 
 from gpualloc.check import check
 from gpualloc.config import GreedyConfig
-from gpualloc.core.classes import (hall_served, restricted_first, serve_columns, serve_step,
-                                   serve_steps, served_counts, unions)
+from gpualloc.core.classes import (hall_served, restricted_first, serve, serve_columns,
+                                   serve_step, serve_steps, served_counts, unions)
+from gpualloc.core.pack import fill_elastic, serve_best_fit
 from gpualloc.core.layout import layout
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
@@ -116,20 +117,56 @@ def test_served_counts_are_serve_columns_counts(seed):
     assert (kept == free).all()  # left as it was
 
 
+def serve_step_reference(lay, row, free, jobs, need, by_class):
+    """One step of serve_steps' rule in numpy and the core's packings, one
+    way after another: best fit; where it leaves a replica out, the highest
+    free blocks first and, by_class, the classes' way; the most valuable
+    (priority x GPUs, summed in job order) kept, ties to the first."""
+    gpus = lay.gpus[jobs]
+    weight = lay.priority[jobs] * gpus
+    picks = np.zeros((len(jobs), max(int(need.max()), 1)), dtype=np.int64)
+    n_picks = np.zeros(len(jobs), dtype=np.int64)
+    serve_best_fit(~free, jobs, need, gpus, lay.pool_ok[jobs], lay.gpu_pool, lay.class_ptr,
+                   lay.class_blocks, lay.job_class, lay.gpu_node, lay.node_first, lay.node_end,
+                   picks, n_picks)
+    best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
+    tries = [] if (n_picks >= need).all() else [
+        lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None], high=True)]
+    if by_class and tries:
+        tries.append(lambda out: serve(lay, free[None, :].copy(), out, jobs, need[:, None],
+                                       False, unions(lay, jobs), restricted_first(lay, jobs)))
+    for pack in tries:
+        out = row[None, :].copy()
+        value = float(np.cumsum(weight * pack(out)[:, 0])[-1])
+        if value > best_value:
+            best, best_value = out[0], value
+    if best is not None:
+        row[:] = best
+        return
+    for i, j in enumerate(jobs.tolist()):
+        for g in picks[i, :n_picks[i]].tolist():
+            row[g:g + int(gpus[i])] = j
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_serve_steps_is_serve_step_at_each_step(seed):
-    """The steps served together (greedy's service, a skipped replan's window)
-    are each what serve_step writes alone: where best fit serves them whole
-    and where it leaves replicas out (the other ways weighed there)."""
+def test_serve_steps_follows_the_reference_rule_at_each_step(seed):
+    """The compiled service of many steps (greedy's, a skipped replan's
+    window) writes at each step what the rule written step by step in
+    numpy does: where best fit serves them whole and where it leaves
+    replicas out (the other ways weighed there)."""
     lay, jobs, free, need = random_steps(seed)
     rows = np.where(free, -1, 99).astype(np.int64)  # busy cells: some rigid job's
     for by_class in (False, True):
         one = rows.copy()
         for c in range(len(one)):
-            serve_step(lay, one[c], free[c], jobs, need[:, c], by_class=by_class)
+            serve_step_reference(lay, one[c], free[c], jobs, need[:, c].copy(), by_class)
         together = rows.copy()
         serve_steps(lay, together, free, jobs, need, by_class=by_class)
         assert together.tolist() == one.tolist()
+        single = rows.copy()  # serve_step: the same rule at one step
+        for c in range(len(single)):
+            serve_step(lay, single[c], free[c], jobs, need[:, c], by_class=by_class)
+        assert single.tolist() == one.tolist()
     assert (one != rows).any()  # something was served
 
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from gpualloc.core.pack import fill, fill_elastic, serve_best_fit
+from gpualloc.core.pack import fill, serve_best_fit
 
 
 def unions(lay, elastic, max_subsets: int = 64) -> np.ndarray:
@@ -133,46 +133,21 @@ def serve(lay, free: np.ndarray, owner: np.ndarray | None, jobs: list[int], need
 def serve_step(lay, row: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                by_class: bool = False) -> None:
     """One step's real-time service, written into `row` (G,) (an owner row,
-    replicas on its `free` (G,) GPUs): `need` (E,) replicas of `jobs` (in
-    order of service), packed the best of these ways (priority x GPUs
-    served; the first on ties): best fit replica by replica
-    (pack.serve_best_fit), the highest free blocks first (fill_elastic),
-    and, with `by_class`, `serve` by compatibility class. Greedy's service,
-    and the online loop's at a step no replan planned."""
-    jobs = np.asarray(jobs, dtype=np.int64)
-    need = np.ascontiguousarray(need, dtype=np.int64)  # a column of a (E, C) grid: one layout
-    if not len(jobs):
-        return
-    gpus = lay.gpus[jobs]
-    weight = lay.priority[jobs] * gpus  # a replica-step's value
-    picks = np.zeros((len(jobs), max(int(need.max()), 1)), dtype=np.int64)
-    n_picks = np.zeros(len(jobs), dtype=np.int64)
-    serve_best_fit(~free, jobs, need, gpus, lay.pool_ok[jobs], lay.gpu_pool,
-                   lay.class_ptr, lay.class_blocks, lay.job_class, lay.gpu_node, lay.node_first,
-                   lay.node_end, picks, n_picks)
-    # Summed in order (cumsum is sequential): the plain loop's floats.
-    best, best_value = None, float(np.cumsum(weight * n_picks)[-1])
-    # Where best fit serves every replica wanted, no way serves more (a tie keeps it).
-    tries = [] if (n_picks >= need).all() else [
-        lambda out: fill_elastic(lay, free[None, :].copy(), out, jobs, need[:, None], high=True)]
-    if by_class and tries:
-        tries.append(lambda out: serve(lay, free[None, :].copy(), out, jobs, need[:, None],
-                                       False, unions(lay, jobs), restricted_first(lay, jobs)))
-    for pack in tries:
-        out = row[None, :].copy()
-        value = float(np.cumsum(weight * pack(out)[:, 0])[-1])
-        if value > best_value:
-            best, best_value = out[0], value
-    if best is not None:
-        row[:] = best
-        return
-    _write_replicas(row, picks, n_picks, jobs, gpus)
+    replicas on its `free` (G,) GPUs), `need` (E,) replicas of `jobs` (in
+    order of service): serve_steps at one step."""
+    serve_steps(lay, row[None, :], free[None, :], jobs, np.asarray(need)[:, None], by_class)
 
 
 def serve_steps(lay, rows: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
                 by_class: bool = False) -> None:
-    """serve_step at each of C steps, in one compiled pass: rows (C, G)
-    written, free (C, G), need (E, C)."""
+    """Real-time service at each of C steps, written into `rows` (C, G)
+    (owner rows, replicas on their `free` (C, G) GPUs): `need` (E, C)
+    replicas of `jobs` (in order of service), each step packed the best of
+    these ways (priority x GPUs served; the first on ties): best fit
+    replica by replica (pack.serve_best_fit), the highest free blocks first
+    (pack.fill), and, with `by_class`, `serve` by compatibility class.
+    Greedy's service, and the online loop's at a step no replan planned.
+    One compiled pass."""
     jobs = np.asarray(jobs, dtype=np.int64)
     if not len(jobs) or not len(rows):
         return
@@ -193,10 +168,10 @@ def serve_steps(lay, rows: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
 def _serve_steps(rows, free, jobs, need, gpus, pool_ok, weight, gpu_pool, class_ptr,
                  class_blocks, job_class, gpu_node, node_first, node_end, node_pool, pool_gpn,
                  pool_nodes, by_class, subsets, order, high):
-    """serve_step at each column c of rows: best fit; where it leaves a
-    replica out, the highest free blocks first (fill) and, by_class, the
-    classes' way (serve_columns), the most valuable kept (ties: the first).
-    Values are summed in job order, as serve_step sums them. `high`: True
+    """serve_steps at each column c of rows: best fit; where it leaves a
+    replica out (else no way serves more), the highest free blocks first
+    (fill) and, by_class, the classes' way (serve_columns), the most
+    valuable kept (ties: the first), values summed in job order. `high`: True
     (an argument, so that the loops it is handed to are typed as for their
     other callers, not for a literal)."""
     E, C = need.shape
