@@ -632,7 +632,7 @@ class _Greedy:
             self.queue = [j for j in self.queue if j not in started]
             self.queue_changed()
 
-    # ---- elastic service at t -----------------------------------------------------------------
+    # ---- elastic service ----------------------------------------------------------------------
     def serve_elastic(self, lo: int, hi: int) -> None:
         """Real-time service at steps lo..hi-1, once their rigid decisions are
         made: a step's rigid cells are final after its own decisions (later
