@@ -75,3 +75,22 @@ def test_benchmark_tables_from_made_up_runs(tmp_path):
     assert "below greedy online on 1 of 1 runs" in text
     assert "On the generated speed cases (not in the target) it is below on 1 of 1." in text
     assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
+
+
+def test_time_target_is_counted_run_by_run(tmp_path):
+    # Seed 0's offline plan is instant and its online run is not: the ratio of
+    # the means (x1.5) meets 3x, the runs do not all.
+    from bench.online_traces import markdown, merge
+
+    rows = [_row("mixed", 0, "allocator", "offline", None, 100, 0.01),
+            _row("mixed", 0, "allocator", "online", 6, 100, 0.5),
+            _row("mixed", 1, "allocator", "offline", None, 100, 1.0),
+            _row("mixed", 1, "allocator", "online", 6, 100, 1.0)]
+    part = {"machine": {"cpu": "x", "cores": 2, "gpu": None, "torch": "t", "commit": "c"},
+            "command": "python -m bench.online_traces", "policies": ["allocator"],
+            "replan_every": [6], "forecast": "last_day", "rows": rows}
+    (tmp_path / "a.json").write_text(json.dumps(part))
+    text = markdown(merge([tmp_path / "a.json"]))
+    assert "| x1.5 (runs x1.0-x50.0) |" in text
+    assert "every 6 step(s) (each online run against the offline run of its scenario and " \
+           "seed): allocator 1 of 2." in text
