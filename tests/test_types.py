@@ -12,6 +12,7 @@ from gpualloc.core.classes import (hall_served, restricted_first, serve, serve_c
                                    serve_step, serve_steps, served_counts, unions)
 from gpualloc.core.pack import fill_elastic, serve_best_fit
 from gpualloc.core.layout import layout
+from gpualloc.core.reclaim import held_by_step, held_replicas
 from gpualloc.metrics import weighted_throughput
 from gpualloc.policies import POLICIES
 from gpualloc.policies.backfill import backfill
@@ -229,3 +230,17 @@ def test_greedy_clears_the_plain_backfill_on_broad_types(seed):
     ours = POLICIES["greedy"](s, cfg, "cpu").owner
     assert check(s, plain).ok and check(s, ours).ok
     assert weighted_throughput(s, ours) >= weighted_throughput(s, plain)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_held_by_step_is_held_replicas_at_each_step(seed):
+    """The autoscaler's count of replicas held, every step at once, is
+    held_replicas step by step; services left out of `jobs` count nowhere."""
+    lay, jobs, free, need = random_steps(seed)
+    rows = np.full(free.shape, -1, dtype=np.int64)
+    serve_steps(lay, rows, free, jobs, need, by_class=True)
+    some = jobs[::2]
+    held = held_by_step(lay, rows, some)
+    assert held.shape == (len(rows), len(some))
+    assert all((held[c] == held_replicas(lay, rows[c], some)).all() for c in range(len(rows)))
+    assert held.sum() > 0 or not need[::2].any()

@@ -94,24 +94,27 @@ def layout(s: Scenario) -> Layout:
     cached = s.__dict__.get("_layout")
     if cached is not None:
         return cached
-    blocks = [_np(b, np.int64) for b in s.class_blocks]
-    sizes = np.array([len(b) for b in blocks], dtype=np.int64)
-    ptr = np.zeros(len(blocks) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(sizes)
-    flat = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-    gpu_pool = _np(s.gpu_pool, np.int64)
-    counts = np.array([p.count for p in s.pools], dtype=np.int64)
-    pool_nodes = np.zeros(len(s.pools) + 1, dtype=np.int64)
-    pool_nodes[1:] = np.cumsum(counts)
-    node_first = _np(s.node_first_gpu, np.int64)
+    # Online, a view of the cluster is laid out at most steps: its GPU arrays
+    # and its classes' blocks are the scenario's (Scenario.share_cluster,
+    # share_jobs), taken from the scenario's layout.
+    shared = s.__dict__.get("_classes_of")
+    if shared is not None:
+        of, classes = layout(shared[0]), np.asarray(shared[1], dtype=np.int64)
+        ptr = np.zeros(len(classes) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(of.class_ptr[classes + 1] - of.class_ptr[classes])
+        flat = (np.concatenate([of.class_blocks[of.class_ptr[c]:of.class_ptr[c + 1]]
+                                for c in classes.tolist()])
+                if len(classes) else np.zeros(0, dtype=np.int64))
+    else:
+        blocks = [_np(b, np.int64) for b in s.class_blocks]
+        sizes = np.array([len(b) for b in blocks], dtype=np.int64)
+        ptr = np.zeros(len(blocks) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(sizes)
+        flat = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    cluster = s.__dict__.get("_cluster_of")
+    gpu = _gpu_arrays(s) if cluster is None else _gpu_arrays(cluster)
     out = Layout(
-        G=s.G, T=s.T,
-        gpu_node=_np(s.gpu_node, np.int64), gpu_pool=gpu_pool,
-        node_first=node_first,
-        node_end=np.append(node_first[1:], s.G).astype(np.int64),
-        node_pool=_np(s.node_pool, np.int64),
-        pool_gpn=np.array([p.gpus_per_node for p in s.pools], dtype=np.int64),
-        pool_nodes=pool_nodes,
+        G=s.G, T=s.T, **gpu,
         gpus=_np(s.gpus, np.int64), duration=_np(s.duration, np.int64),
         arrival=_np(s.arrival, np.int64),
         priority=_np(s.priority, np.float64),
@@ -120,9 +123,27 @@ def layout(s: Scenario) -> Layout:
         restart_cost=_np(s.restart_cost, np.int64), demand=_np(s.demand, np.int64),
         pool_ok=_np(s.pool_compat, np.bool_),
         job_class=_np(s.job_class, np.int64), class_ptr=ptr, class_blocks=flat,
-        block_pool=gpu_pool[flat] if len(flat) else np.zeros(0, dtype=np.int64),
+        block_pool=gpu["gpu_pool"][flat] if len(flat) else np.zeros(0, dtype=np.int64),
         unplaceable=_np(s.unplaceable, np.bool_))
     s.__dict__["_layout"] = out
+    return out
+
+
+def _gpu_arrays(s: Scenario) -> dict[str, np.ndarray]:
+    """Layout's GPU, node and pool fields of `s` (cached on it)."""
+    cached = s.__dict__.get("_gpu_arrays")
+    if cached is not None:
+        return cached
+    counts = np.array([p.count for p in s.pools], dtype=np.int64)
+    pool_nodes = np.zeros(len(s.pools) + 1, dtype=np.int64)
+    pool_nodes[1:] = np.cumsum(counts)
+    node_first = _np(s.node_first_gpu, np.int64)
+    out = dict(gpu_node=_np(s.gpu_node, np.int64), gpu_pool=_np(s.gpu_pool, np.int64),
+               node_first=node_first, node_end=np.append(node_first[1:], s.G).astype(np.int64),
+               node_pool=_np(s.node_pool, np.int64),
+               pool_gpn=np.array([p.gpus_per_node for p in s.pools], dtype=np.int64),
+               pool_nodes=pool_nodes)
+    s.__dict__["_gpu_arrays"] = out
     return out
 
 

@@ -55,6 +55,18 @@ def held_replicas(lay, column: np.ndarray, jobs) -> np.ndarray:
     return counts[jobs] // lay.gpus[jobs]
 
 
+def held_by_step(lay, window: np.ndarray, jobs) -> np.ndarray:
+    """(C, E) replicas each of `jobs` (E,) holds in each column of `window`
+    (C, G): held_replicas, every column at once."""
+    jobs = np.asarray(jobs, dtype=np.int64)
+    C, E = window.shape[0], len(jobs)
+    at = np.full(len(lay.gpus) + 1, -1, dtype=np.int64)  # job -> its place in jobs; IDLE: last
+    at[jobs] = np.arange(E)
+    place = at[window]  # (C, G)
+    cells = (np.arange(C)[:, None] * E + place)[place >= 0]
+    return np.bincount(cells, minlength=C * E).reshape(C, E) // lay.gpus[jobs]
+
+
 def _pack_guaranteed(lay, base: np.ndarray, released: list[int], order: np.ndarray,
                      guaranteed: np.ndarray) -> tuple[np.ndarray, int]:
     """`base` (G,) with the `released` jobs' GPUs freed and every service's

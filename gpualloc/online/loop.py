@@ -155,7 +155,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         if serve(s, _replicas(v, index, planned, stop - tau), tau, stop, owner, committed):
             progress = _trim_done(s, owner)  # preempted at a step of the window
         bar.update(stop - tau)
-        bar.set_postfix(replans=replans + arrival_replans, refresh=False)
+        if not bar.disable:  # formatting it costs even a hidden bar's time
+            bar.set_postfix(replans=replans + arrival_replans, refresh=False)
         tau = stop
     bar.close()
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
@@ -441,15 +442,18 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
     Returns (arrivals started, due jobs that did not start at their step)."""
     filled, deferred = 0, 0
     waiting: list[int] = []  # due jobs that did not start at their step
+    # The window's arrivals that may fill, read once (thousands of jobs, issue 28);
+    # not those the replan planned (online.arrivals=oracle): they are due.
+    lay = layout(s)
+    fills = [j for j in np.flatnonzero((lay.arrival > tau) & (lay.arrival < stop) & lay.rigid
+                                       & ~lay.preemptible & ~lay.unplaceable).tolist()
+             if j not in due] if o.fill_between else []
+    if not due and not fills and not guarded:  # no step of the window has a start to decide
+        return filled, deferred
     # Preemptible jobs' progress: none is started here, so one pass serves the window.
     if seg is None and bool(s.preemptible.any()):
         seg = segments(s, owner)
     progress = None if seg is None else seg.progress
-    # The window's arrivals that may fill, read once (thousands of jobs, issue 28);
-    # not those the replan planned (online.arrivals=oracle): they are due.
-    fills = [j for j in torch.nonzero((s.arrival > tau) & (s.arrival < stop) & s.rigid
-                                      & ~s.preemptible & ~s.unplaceable).flatten().tolist()
-             if j not in due] if o.fill_between else []
     for t in range(tau if guarded else tau + 1, stop):
         now_due = [j for j, (t0, _) in due.items() if t0 == t]
         new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]

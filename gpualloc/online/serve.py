@@ -11,7 +11,7 @@ from gpualloc.core import service_order
 from gpualloc.core.classes import serve_step
 from gpualloc.core.layout import layout
 from gpualloc.core.pack import fill_elastic
-from gpualloc.core.reclaim import held_replicas, reclaim
+from gpualloc.core.reclaim import held_by_step, held_replicas, reclaim
 from gpualloc.online.view import Committed
 from gpualloc.plan import IDLE
 from gpualloc.scenario import Scenario
@@ -69,8 +69,11 @@ def _fill(lay, window: np.ndarray, order: list[int], guaranteed: np.ndarray,
     if not order or not len(window):
         return
     jobs = np.asarray(order, dtype=np.int64)
-    for col, floor, wanted in zip(window, guaranteed[order].T, actual[order].T):
-        for want in (floor, wanted):
+    # Most steps already hold every replica wanted: only the others are served.
+    short = np.flatnonzero((held_by_step(lay, window, jobs) < actual[order].T).any(1))
+    for c in short.tolist():
+        col = window[c]  # a row of window: served in place
+        for want in (guaranteed[order, c], actual[order, c]):
             need = np.maximum(want - held_replicas(lay, col, jobs), 0)
             if need.any():
                 serve_step(lay, col, col == IDLE, jobs, need, by_class=True)

@@ -44,8 +44,12 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
     done = fixed_jobs(s)
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
     arrival = lay.arrival.tolist()
-    for t in range(lay.T if window is None else min(window, lay.T)):
+    end = lay.T if window is None else min(window, lay.T)
+    for t in range(end):
         occ.release()
+        if not queue:  # nothing left to start: the steps' service is all that is left
+            fill_elastic(lay, ~occ.busy[t:end], owner[t:end], elastic, need[elastic, t:end])
+            break
         column = ~occ.busy[t:t + 1]  # (1, G) free of rigid jobs and fixed cells
         fill_elastic(lay, column, owner[t:t + 1], elastic, need[elastic, t:t + 1])
         replica = np.zeros(lay.G + 1, dtype=np.int64)  # prefix sums of GPUs serving replicas at t

@@ -187,6 +187,7 @@ class Scenario:
                      "gpu_memory", "_block_memo"):
             if name in other.__dict__:
                 self.__dict__[name] = other.__dict__[name]
+        self.__dict__["_cluster_of"] = other  # core.layout takes its GPU arrays
         return self
 
     def share_jobs(self, other: Scenario, rows: list[int]) -> Scenario:
@@ -210,6 +211,7 @@ class Scenario:
         self.__dict__["_classes"] = (torch.from_numpy(renumber[inverse].astype(np.int64)),
                                      [other.class_size[c] for c in classes],
                                      [other.class_blocks[c] for c in classes])
+        self.__dict__["_classes_of"] = (other, classes)  # core.layout takes their blocks
         return self
 
     # ---- job arrays ----------------------------------------------------------
