@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gpualloc.config import OnlineConfig
@@ -41,7 +42,8 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     T = horizon - tau
     jobs, index, fixed_cells = [], [], []
     # The services' rows: the demand observed at tau, then the forecast.
-    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1)  # (E, T)
+    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1).numpy()  # (E, T)
+    lists = rows.tolist()  # each service's demand, as its Job holds it
     services = []  # view job of each row
     e = 0
     finished = committed.finished
@@ -50,7 +52,7 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             continue
         if k.demand is not None:
             services.append(len(jobs))
-            jobs.append(copy_job(k, arrival=0, demand=rows[e].tolist()))
+            jobs.append(copy_job(k, arrival=0, demand=lists[e]))
             e += 1
         elif j in committed.start and k.preemptible:
             s0, g0 = committed.start[j]
@@ -86,18 +88,18 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
                     copies[j] = copy
             jobs.append(copy)
         index.append(j)
-    fixed = torch.full((G, T), IDLE, dtype=torch.long)
+    fixed = np.full((G, T), IDLE, dtype=np.int64)  # numpy: torch's small writes cost more
     for v, g0, k, length in fixed_cells:
         fixed[g0:g0 + k, :length] = v
     for k in expected or []:
         jobs.append(k)
         index.append(IDLE)  # a placeholder: no scenario job behind it
     v = Scenario(name=f"view@{tau}", horizon=T, step_minutes=step_minutes, pools=pools,
-                 jobs=jobs, fixed=fixed)
+                 jobs=jobs, fixed=torch.from_numpy(fixed))
     # Scenario.demand from the rows at once, not job by job (every service arrives at 0).
-    demand = torch.zeros(len(jobs), T, dtype=torch.long)
+    demand = np.zeros((len(jobs), T), dtype=np.int64)
     demand[services] = rows
-    v.__dict__["demand"] = demand
+    v.__dict__["demand"] = torch.from_numpy(demand)
     return v, index
 
 
