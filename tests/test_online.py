@@ -719,3 +719,31 @@ def test_arrivals_started_at_once_are_where_the_allocators_replan_starts_them(do
     slow = online(s, lambda v, c, d: allocator(v, c, d), cfg(forecast_, every))
     assert check(s, fast.owner).ok and slow.info["inserted"] == 0
     assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner))
+
+
+def _runs_of_one(cells):
+    """A job's runs on one set of GPUs, from its (G, T) cells, step by step."""
+    out = []
+    for t in range(cells.shape[1]):
+        if cells[:, t].any():
+            g = int(cells[:, t].argmax())
+            if out and out[-1][1] == t and out[-1][2] == g:
+                out[-1] = (out[-1][0], t + 1, g)
+            else:
+                out.append((t, t + 1, g))
+    return out
+
+
+def test_commit_reads_every_jobs_runs_in_one_pass_as_job_by_job():
+    import numpy as np
+
+    from gpualloc.online.loop import _runs
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        G, T, J = (int(x) for x in rng.integers(1, [12, 20, 8]))
+        plan = rng.integers(-1, J, size=(G, T))
+        jobs = np.unique(rng.integers(0, J + 2, size=int(rng.integers(0, J + 2))))
+        runs = _runs(plan, jobs)
+        assert sorted(runs) == jobs.tolist()
+        assert all(runs[j] == _runs_of_one(plan == j) for j in jobs.tolist())

@@ -372,9 +372,11 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     decided = decided.tolist()
     commits = []
     moved = False
-    for vj in np.flatnonzero(acts).tolist():
+    acting = np.flatnonzero(acts)
+    runs_of = _runs(plan, acting)
+    for vj in acting.tolist():
         job, j = v.jobs[vj], index[vj]
-        runs = _runs(plan == vj)
+        runs = runs_of[vj]
         if decided[vj]:  # running: its fixed cells start at 0; a cut ends them
             length = int((fixed == vj).any(0).sum())
             g0, k = committed.start[j][1], job.gpus
@@ -404,17 +406,23 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     return due, moved or bool(commits)
 
 
-def _runs(cells: np.ndarray) -> list[tuple[int, int, int]]:
-    """(G, T) bool cells of one job -> its runs on one set of GPUs, in time
-    order: (first step, end step, first GPU)."""
-    steps = np.flatnonzero(cells.any(0))
-    firsts = cells[:, steps].argmax(0)  # each step's first GPU held
-    out: list[tuple[int, int, int]] = []
-    for t, g in zip(steps.tolist(), firsts.tolist()):
-        if out and out[-1][1] == t and out[-1][2] == g:
-            out[-1] = (out[-1][0], t + 1, g)
+def _runs(plan: np.ndarray, jobs: np.ndarray) -> dict[int, list[tuple[int, int, int]]]:
+    """Each of `jobs`' runs in `plan` (G, T) on one set of GPUs, in time
+    order: job -> [(first step, end step, first GPU)] (all jobs in one pass:
+    a replan commits several)."""
+    out: dict[int, list[tuple[int, int, int]]] = {j: [] for j in jobs.tolist()}
+    mine = np.zeros(int(plan.max(initial=-1)) + 2, dtype=np.bool_)  # IDLE: the spare last entry
+    mine[jobs[jobs < len(mine) - 1]] = True
+    step, gpu = np.nonzero(mine[plan.T])  # by step, then GPU
+    job = plan[gpu, step]
+    # Each (job, step)'s first GPU held, ordered by job, then step.
+    _, first = np.unique(job * (plan.shape[1] + 1) + step, return_index=True)
+    for j, t, g in zip(job[first].tolist(), step[first].tolist(), gpu[first].tolist()):
+        runs = out[j]
+        if runs and runs[-1][1] == t and runs[-1][2] == g:
+            runs[-1] = (runs[-1][0], t + 1, g)
         else:
-            out.append((t, t + 1, g))
+            runs.append((t, t + 1, g))
     return out
 
 
