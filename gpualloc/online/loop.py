@@ -272,7 +272,7 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarr
     demand = rows[[services.index(j) for j in order]]
     subsets = unions(lay, order) if order else None
     rigid = np.append(lay.rigid, False)  # IDLE: the spare last entry
-    busy = rigid[owner[:, tau:].numpy()].T.copy()  # (T - tau, G) held by rigid work
+    busy = rigid[np.ascontiguousarray(owner.numpy()[:, tau:].T)]  # (T - tau, G) rigid work holds
     starts = []
     for j in priority_order(s, new.tolist()):
         k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)
@@ -287,8 +287,9 @@ def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarr
         starts.append((j, first, length))
     if order and not (hall_served(lay, subsets, ~busy, order, demand) == demand).all():
         return False
+    grid = owner.numpy()  # owner's cells: numpy writes cost less than torch's
     for j, first, length in starts:
-        owner[first:first + int(lay.gpus[j]), tau:tau + length] = j
+        grid[first:first + int(lay.gpus[j]), tau:tau + length] = j
         committed.start[j], committed.end[j] = (tau, first), tau + length
     return True
 
