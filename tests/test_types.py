@@ -233,14 +233,16 @@ def test_greedy_clears_the_plain_backfill_on_broad_types(seed):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_held_by_step_is_held_replicas_at_each_step(seed):
-    """The autoscaler's count of replicas held, every step at once, is
-    held_replicas step by step; services left out of `jobs` count nowhere."""
+def test_held_by_step_counts_each_services_replicas_at_each_step(seed):
+    """The count of replicas held, every step at once and at one step
+    (held_replicas), is each service's cells over its replica size; services
+    left out of `jobs` count nowhere."""
     lay, jobs, free, need = random_steps(seed)
     rows = np.full(free.shape, -1, dtype=np.int64)
     serve_steps(lay, rows, free, jobs, need, by_class=True)
     some = jobs[::2]
     held = held_by_step(lay, rows, some)
-    assert held.shape == (len(rows), len(some))
+    cells = np.array([[(row == j).sum() for j in some] for row in rows]).reshape(held.shape)
+    assert (held == cells // lay.gpus[some]).all()
     assert all((held[c] == held_replicas(lay, rows[c], some)).all() for c in range(len(rows)))
     assert held.sum() > 0 or not need[::2].any()

@@ -49,15 +49,13 @@ class Reclaimed:
 
 
 def held_replicas(lay, column: np.ndarray, jobs) -> np.ndarray:
-    """(len(jobs),) replicas each job holds in `column` (G,): floor(cells / gpus)."""
-    counts = np.bincount(column[column >= 0], minlength=len(lay.gpus))
-    jobs = np.asarray(jobs, dtype=np.int64)
-    return counts[jobs] // lay.gpus[jobs]
+    """(len(jobs),) replicas each job holds in `column` (G,): held_by_step at one step."""
+    return held_by_step(lay, column[None, :], jobs)[0]
 
 
 def held_by_step(lay, window: np.ndarray, jobs) -> np.ndarray:
     """(C, E) replicas each of `jobs` (E,) holds in each column of `window`
-    (C, G): held_replicas, every column at once."""
+    (C, G): floor(cells / gpus)."""
     jobs = np.asarray(jobs, dtype=np.int64)
     C, E = window.shape[0], len(jobs)
     at = np.full(len(lay.gpus) + 1, -1, dtype=np.int64)  # job -> its place in jobs; IDLE: last
