@@ -496,9 +496,10 @@ def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             end = min(t + s.jobs[j].duration, s.T)
             if first is not None and not _free_in_plan(owner, seg, first, s.jobs[j].gpus, t, end):
                 first = None
+            # Both checks hold or the job waits; the room ahead fails far more often.
             if first is not None and guarded and not (
-                    _leaves_guarantee(s, owner, t, j, first)
-                    and _room_for_guarantee(s, v, index, owner, t, j, first, o)):
+                    _room_for_guarantee(s, v, index, owner, t, j, first, o)
+                    and _leaves_guarantee(s, owner, t, j, first)):
                 first = None
             if first is None:
                 if j in now_due:
@@ -558,17 +559,17 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     takes when demand comes (online.guarantee_headroom)."""
     lay = layout(s)
     end = min(t + int(lay.duration[j]), s.T)
-    held = [vj for vj, job in enumerate(v.jobs) if not job.rigid and job.min_served > 0]
-    if end <= t + 1 or not held:
+    min_served = v.min_served.numpy()
+    held = np.flatnonzero(~v.rigid.numpy() & (min_served > 0))
+    if end <= t + 1 or not len(held):
         return True
-    services = [index[vj] for vj in held]
+    services = [index[vj] for vj in held.tolist()]
     young = t - lay.arrival[services] < season(o, s.step_minutes)  # less than a day seen
     share = np.where(young, o.guarantee_headroom_first_day, o.guarantee_headroom)
     if o.forecast == "oracle":  # the true future: no forecast error to keep room for
         share = np.zeros_like(share)
-    raised = np.ceil(v.demand[held, 1:end - t].numpy() * (1 + share[:, None]) - 1e-9)  # (E, L)
-    min_served = np.array([v.jobs[vj].min_served for vj in held])
-    guaranteed = guaranteed_replicas(min_served[:, None], raised)  # (E, L)
+    raised = np.ceil(v.demand.numpy()[held, 1:end - t] * (1 + share[:, None]) - 1e-9)  # (E, L)
+    guaranteed = guaranteed_replicas(min_served[held, None], raised)  # (E, L)
     rigid = np.append(lay.rigid & ~lay.preemptible, False)  # IDLE: the spare last entry
     stays = rigid[owner[:, t + 1:end].numpy().T]  # (L, G) held by work that cannot yield
     stays[:, first:first + int(lay.gpus[j])] = True
