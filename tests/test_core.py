@@ -516,8 +516,10 @@ def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s,
 def test_each_compiled_loop_compiles_once_per_array_type():
     """Numba compiles a function again for each literal argument and each
     array layout it meets (the first run's wait): after every policy offline
-    and online on a cluster of two GPU types (Hall's path), no compiled
-    function of gpualloc was typed with a literal or a grid not C-ordered."""
+    and online on a cluster of two GPU types (Hall's path), with and without
+    the guarantee (its footprint, reclaimed steps and start checks), no
+    compiled function of gpualloc was typed with a literal or a grid not
+    C-ordered."""
     import sys
 
     from numba.core import types
@@ -530,6 +532,8 @@ def test_each_compiled_loop_compiles_once_per_array_type():
         api.plan(s, name)
     for name in ("greedy", "allocator"):
         api.online(s, name, replan_every=3)
+        api.plan(s, name, mode="online", online={"replan_every": 1}, min_served=1.0,
+                 preemptible=["training"], restart_cost=1)
     compiled = {id(fn): fn for name, module in list(sys.modules.items())
                 if name.startswith("gpualloc") for fn in vars(module).values()
                 if isinstance(fn, CPUDispatcher)}

@@ -58,8 +58,9 @@ def hall_served(lay, subset_pools: np.ndarray, free: np.ndarray, jobs, need: np.
     weight); larger replicas may still fail to pack into blocks."""
     jobs = np.asarray(jobs, dtype=np.int64)
     out = np.zeros(need.shape, dtype=np.int64)
-    _hall(subset_pools, lay.gpu_pool, free, lay.gpus[jobs], lay.pool_ok[jobs],
-          np.ascontiguousarray(need, dtype=np.int64), out)
+    # C order: numba compiles the loop again for each layout (a transposed grid is F).
+    _hall(subset_pools, lay.gpu_pool, np.ascontiguousarray(free), lay.gpus[jobs],
+          lay.pool_ok[jobs], np.ascontiguousarray(need, dtype=np.int64), out)
     return out
 
 

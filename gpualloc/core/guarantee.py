@@ -109,7 +109,8 @@ def pack_steps(lay, owner: np.ndarray, free: np.ndarray, jobs, need: np.ndarray,
         searchable = free[short] if held is None else free[short] | held[owner[short]]
         found = np.zeros(len(short), dtype=np.bool_)
         _settle_steps(owner, short.astype(np.int64), searchable,
-                      np.asarray(jobs, dtype=np.int64), whole[:, short].astype(np.int64),
+                      np.asarray(jobs, dtype=np.int64),
+                      np.ascontiguousarray(whole[:, short], dtype=np.int64),  # C: one compile
                       lay.gpus, lay.job_class, lay.class_ptr, lay.class_blocks, lay.pool_ok,
                       lay.gpu_pool, budget, found)
         missing[short[found]] = 0
