@@ -247,7 +247,7 @@ def test_the_starts_at_a_replan_see_its_view_as_one_built_again(policy, every, m
     settings = dict(mode="online", online={"replan_every": every}, min_served=1.0,
                     preemptible=["training"], restart_cost=1)
     reused = []
-    between = loop._between_replans
+    between = loop.between_replans
     signature = inspect.signature(between)
 
     def counted(*args, **kwargs):
@@ -259,10 +259,10 @@ def test_the_starts_at_a_replan_see_its_view_as_one_built_again(policy, every, m
         call.arguments["same"] = None
         return between(*call.args, **call.kwargs)
 
-    monkeypatch.setattr(loop, "_between_replans", counted)
+    monkeypatch.setattr(loop, "between_replans", counted)
     p = ga.plan(s, policy, **settings)  # checked: rules 1-3
     assert any(reused) and not all(reused)  # both paths ran
-    monkeypatch.setattr(loop, "_between_replans", built_again)
+    monkeypatch.setattr(loop, "between_replans", built_again)
     again = ga.plan(s, policy, **settings)
     assert torch.equal(p.owner, again.owner)
     assert metrics(p.scenario, p.owner)["guarantee_shortfall"] == 0

@@ -3,26 +3,22 @@ replans."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 import torch
 
-from gpualloc.config import OnlineConfig, RunConfig
-from gpualloc.core import fixed_jobs, priority_order, service_order
-from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
-from gpualloc.core.classes import hall_served, serve_steps, unions
-from gpualloc.core.footprint import worth_displacing
+from gpualloc.config import RunConfig
+from gpualloc.core import fixed_jobs, service_order
+from gpualloc.core.classes import serve_steps
 from gpualloc.core.layout import layout
-from gpualloc.core.reclaim import guaranteed_short
-from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import Oracle, forecast, season, visible
+from gpualloc.online.observe import Oracle, season
 from gpualloc.online.serve import serve
+from gpualloc.online.start import between_replans, last_plan, progress_made, start_at_once
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
-from gpualloc.scenario import Scenario, ScenarioError, guaranteed_replicas
+from gpualloc.scenario import Scenario, ScenarioError
 from gpualloc.threads import cpu_threads
 
 Policy = Callable[[Scenario, RunConfig, torch.device], Plan]
@@ -50,7 +46,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # With guaranteed services, work that cannot yield starts only where their
     # forecast raised by the headroom fits beside the work that cannot yield
     # and the step's guaranteed replicas still pack: every such start, at tau
-    # too, is decided at its step (_between_replans).
+    # too, is decided at its step (online.start.between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
     period = season(o, s.step_minutes)
@@ -81,7 +77,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         made_by_tau = None  # (J,) preemptible jobs' progress before tau
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made_by_tau = progress[:, :tau].sum(1)
-            committed.progress = _made(s, committed, made_by_tau)
+            committed.progress = progress_made(s, committed, made_by_tau)
         full = (periodic and (last_full is None or o.full_every is None
                               or tau - last_full >= o.full_every)
                 or not periodic and o.replan_on_arrival == "full")
@@ -102,8 +98,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         idle = quiet and not waiting.any()
         at_once = (quiet and not idle and insertable
                    and (s.arrival.numpy()[waiting] == tau).all()  # only the arrivals
-                   and _start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
-                                      owner))
+                   and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
+                                     owner))
         if idle or at_once:
             skipped += idle
             inserted += at_once
@@ -111,15 +107,15 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                 last_full = tau
                 last_relaxed = tau if relaxed else last_relaxed
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
-                filled += _between_replans(s, o, oracle, tau, stop, previous, committed, owner,
-                                           {}, guarded, copies)[0]
+                filled += between_replans(s, o, oracle, tau, stop, previous, committed, owner,
+                                          {}, guarded, copies)[0]
             if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
                 progress = _trim_done(s, owner)
             bar.update(stop - tau)
             tau = stop
             continue
         v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
-        v.hint = _hint(previous, index, tau, s.J)
+        v.hint = last_plan(previous, index, tau, s.J)
         v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)
@@ -147,8 +143,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             # commits left it as it was (no arrivals expected: placeholders
             # are the replan's own).
             same = (v, index) if guarded and not moved and o.arrivals != "history" else None
-            done = _between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
-                                    guarded, copies, seg, same)
+            done = between_replans(s, o, oracle, tau, stop, previous, committed, owner, due,
+                                   guarded, copies, seg, same)
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner, seg)
@@ -226,14 +222,6 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     return out
 
 
-def _made(s: Scenario, committed: Committed, made) -> dict[int, int]:
-    """Committed.progress from `made` (J,): the started preemptible jobs'
-    steps of progress (thousands of jobs start, few are preemptible)."""
-    started = np.fromiter(committed.start, dtype=np.int64, count=len(committed.start))
-    started = started[layout(s).preemptible[started]]
-    return dict(zip(started.tolist(), np.asarray(made)[started].tolist()))
-
-
 def _waiting(s: Scenario, tau: int, committed: Committed,
              made: torch.Tensor | None) -> np.ndarray:
     """(J,) bool: the rigid jobs a replan at tau would place or cut, those
@@ -248,50 +236,6 @@ def _waiting(s: Scenario, tau: int, committed: Committed,
     if made is not None:
         done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
     return open_ & ~done
-
-
-def _start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarray,
-                   committed: Committed, owner: torch.Tensor) -> bool:
-    """Start `new`, the rigid jobs arriving at tau, now, written into `owner`
-    and `committed`, where they alone wait (the caller's test), each,
-    highest priority first, finds a block free for its whole run (the best
-    fit, as the core picks), and beside them the services' demand
-    (observed at tau, forecast after, as a view has it) still fits at every
-    step of the view by Hall's condition (exact for the 1-GPU replicas the
-    caller allows). Then the view's priority-order build
-    is this and ideal, so the allocator's replan returns it at once. False,
-    with nothing written, where any fails: the loop replans."""
-    lay = layout(s)
-    obs = visible(s, tau, services_only=True)
-    steps = s.T - tau - 1
-    future = (oracle(obs, steps) if oracle is not None
-              else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    services = obs.jobs
-    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1).numpy()  # (E, T - tau)
-    order = service_order(s, services)
-    demand = rows[[services.index(j) for j in order]]
-    subsets = unions(lay, order) if order else None
-    rigid = np.append(lay.rigid, False)  # IDLE: the spare last entry
-    busy = rigid[np.ascontiguousarray(owner.numpy()[:, tau:].T)]  # (T - tau, G) rigid work holds
-    starts = []
-    for j in priority_order(s, new.tolist()):
-        k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)
-        c = lay.job_class[j]
-        blocks = lay.class_blocks[lay.class_ptr[c]:lay.class_ptr[c + 1]]
-        options = np.zeros(len(blocks), dtype=np.bool_)
-        free_blocks(runs_of(busy), blocks, k, 0, length, options)
-        if not options.any():
-            return False
-        first = int(blocks[fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
-        busy[:length, first:first + k] = True
-        starts.append((j, first, length))
-    if order and not (hall_served(lay, subsets, ~busy, order, demand) == demand).all():
-        return False
-    grid = owner.numpy()  # owner's cells: numpy writes cost less than torch's
-    for j, first, length in starts:
-        grid[first:first + int(lay.gpus[j]), tau:tau + length] = j
-        committed.start[j], committed.end[j] = (tau, first), tau + length
-    return True
 
 
 def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:
@@ -317,19 +261,6 @@ def _replicas(v: Scenario, index: list[int], planned: torch.Tensor, R: int) -> n
     elastic = np.append(~v.rigid.numpy(), False)
     p = planned[:, :R].T.numpy()
     return np.where(elastic[p], to_scenario[p], IDLE)
-
-
-def _hint(previous: np.ndarray | None, index: list[int], tau: int,
-          J: int) -> torch.Tensor | None:
-    """The last plan in the new view's job indices (jobs it no longer has: idle)."""
-    if previous is None:
-        return None
-    to_view = np.full(J + 1, IDLE, dtype=np.int64)  # scenario job -> view job
-    known = np.array(index, dtype=np.int64)
-    real = known >= 0  # placeholders have no scenario job
-    to_view[known[real]] = np.arange(len(index))[real]
-    grid = previous[:, tau:]
-    return torch.from_numpy(np.where(grid >= 0, to_view[grid], IDLE))
 
 
 def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
@@ -359,7 +290,7 @@ def _commit_rigid(v, index, planned, tau, stop, owner, committed,
     # the plan cuts inside the window stops there. With `due_from`, jobs (not
     # preemptible) the plan starts at tau + due_from or later are returned
     # instead, job -> (planned start, first GPU): decided at that step
-    # (_between_replans). Also returns whether `committed` changed.
+    # (online.start.between_replans). Also returns whether `committed` changed.
     R = stop - tau
     plan, fixed = planned.numpy(), v.fixed.numpy()  # (G, T) each
     # Jobs the plan runs inside the window (IDLE marks the spare last entry).
@@ -425,184 +356,6 @@ def _runs(plan: np.ndarray, jobs: np.ndarray) -> dict[int, list[tuple[int, int, 
         else:
             runs.append((t, t + 1, g))
     return out
-
-
-def _between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
-                     previous: np.ndarray | None, committed: Committed,
-                     owner: torch.Tensor, due: dict[int, tuple[int, int]],
-                     guarded: bool = False, copies: dict | None = None,
-                     seg: Segments | None = None,
-                     same: tuple[Scenario, list[int]] | None = None) -> tuple[int, int]:
-    """The steps between two replans, as a scheduler runs them, each decided
-    from what is known at that step t (its view is built like a replan's,
-    and with `guarded`, tau's own starts decided here too, and only where
-    the step's guaranteed replicas still pack and the guaranteed forecast
-    raised by online.guarantee_headroom fits beside the work that cannot
-    yield) with the last plan's placements of jobs not yet started held:
-    - `due` (online.commit_at_start): jobs the last plan starts at t start
-      (`_start_due`), or wait and are tried again at each later step like
-      an arrival;
-    - with online.fill_between, a rigid job (not preemptible) that arrived
-      after tau starts at t if a block is free for its whole run where the
-      forecast real-time demand still fits (a backfill pass); highest
-      priority first.
-    `seg`: the executed plan's segments at tau, when the caller has them;
-    `same`: the replan's view and index, when the view at tau would be it.
-    Returns (arrivals started, due jobs that did not start at their step)."""
-    filled, deferred = 0, 0
-    waiting: list[int] = []  # due jobs that did not start at their step
-    # The window's arrivals that may fill, read once (thousands of jobs, issue 28);
-    # not those the replan planned (online.arrivals=oracle): they are due.
-    lay = layout(s)
-    fills = [j for j in np.flatnonzero((lay.arrival > tau) & (lay.arrival < stop) & lay.rigid
-                                       & ~lay.preemptible & ~lay.unplaceable).tolist()
-             if j not in due] if o.fill_between else []
-    if not due and not fills and not guarded:  # no step of the window has a start to decide
-        return filled, deferred
-    # Preemptible jobs' progress: none is started here, so one pass serves the window.
-    if seg is None and bool(s.preemptible.any()):
-        seg = segments(s, owner)
-    progress = None if seg is None else seg.progress
-    for t in range(tau if guarded else tau + 1, stop):
-        now_due = [j for j, (t0, _) in due.items() if t0 == t]
-        new = [j for j in fills if s.jobs[j].arrival <= t and j not in committed.start]
-        if not now_due and not new and not waiting:
-            continue
-        if t == tau and same is not None:
-            v, index = same
-        else:
-            now = committed
-            if progress is not None:  # segments committed at tau: their progress by t
-                made = progress[:, :t].sum(1)
-                now = replace(committed, progress=_made(s, committed, made))
-            v, index = view_at(s, t, o, oracle, now, copies=copies)
-        to_view = {j: vj for vj, j in enumerate(index)}
-        if previous is None:
-            sched = Schedule(v, discount=o.discount)
-        else:
-            # The last plan's placements of jobs not started, where still free: held.
-            hint = _hint(previous, index, t, s.J)
-            started = [to_view[j] for j in committed.start if j in to_view]
-            hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
-            sched = adopt(v, hint, o.discount)
-        for j in priority_order(s, now_due) + priority_order(s, new + waiting):
-            vj = to_view[j]
-            if int(sched.start[vj]) >= 0:
-                sched.remove(vj)  # its held block: decided now
-            if j in now_due:
-                first = _start_due(sched, vj, due[j][1])
-            else:
-                first, _ = sched.fits_at(vj, 0, demand_aware=True, displace=False)
-            end = min(t + s.jobs[j].duration, s.T)
-            if first is not None and not _free_in_plan(owner, seg, first, s.jobs[j].gpus, t, end):
-                first = None
-            # Both checks hold or the job waits; the room ahead fails far more often.
-            if first is not None and guarded and not (
-                    _room_for_guarantee(s, v, index, owner, t, j, first, o)
-                    and _leaves_guarantee(s, owner, t, j, first)):
-                first = None
-            if first is None:
-                if j in now_due:
-                    waiting.append(j)
-                    deferred += 1
-                continue
-            sched.place(vj, 0, first)
-            owner[first:first + s.jobs[j].gpus, t:end] = j
-            committed.start[j], committed.end[j] = (t, first), end
-            if j in waiting:
-                waiting.remove(j)
-            elif j not in now_due:
-                filled += 1
-    return filled, deferred
-
-
-def _free_in_plan(owner: torch.Tensor, seg: Segments | None, first: int, k: int, t: int,
-                  end: int) -> bool:
-    """Whether the executed plan leaves GPUs [first, first + k) free over
-    [t, end): idle, or held by a preemptible job after it is done (trimmed
-    later). A view between replans holds a preemptible job's last committed
-    segment only (Committed), not an earlier one still to come in the
-    window, which a start there would cut."""
-    cells = owner[first:first + k, t:end]
-    g, c = torch.nonzero(cells >= 0, as_tuple=True)
-    return not len(g) or (seg is not None and bool(seg.after_done[cells[g, c], t + c].all()))
-
-
-def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: int) -> bool:
-    """Whether rigid job j (not preemptible) on the block at `first` leaves
-    no more of step t's guaranteed replicas (of its actual demand) without
-    GPUs than there are without it, packed exactly (gpualloc.core.reclaim)
-    around the work that cannot yield at t: the start check's demand guard
-    counts pools, not blocks."""
-    lay = layout(s)
-    order = [k for k in service_order(s) if lay.arrival[k] <= t]
-    guaranteed = s.guaranteed.numpy()[:, t]
-    if not guaranteed[order].any():
-        return True
-    column = owner[:, t].numpy().copy()  # rigid work only: replicas are placed later
-    column[(column >= 0) & lay.preemptible[np.maximum(column, 0)]] = IDLE
-    short = guaranteed_short(lay, column, order, guaranteed)
-    column[first:first + int(lay.gpus[j])] = j
-    return guaranteed_short(lay, column, order, guaranteed) <= short
-
-
-def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch.Tensor,
-                        t: int, j: int, first: int, o: OnlineConfig) -> bool:
-    """Whether, beside rigid job j (not preemptible) on the block at `first`,
-    the guaranteed replicas of each later step of its run, their forecast
-    (view `v`'s, made at t) raised by online.guarantee_headroom (its
-    first-day share where the service has less than a period of history)
-    and rounded up, still fit on the GPUs that work which cannot yield
-    leaves them: the core's Hall condition (core.classes.hall_served) on
-    the unions of the services' pool sets that hold j's pool. What
-    preemptible jobs and replicas above a guarantee hold, a step's reclaim
-    takes when demand comes (online.guarantee_headroom)."""
-    lay = layout(s)
-    end = min(t + int(lay.duration[j]), s.T)
-    min_served = v.min_served.numpy()
-    held = np.flatnonzero(~v.rigid.numpy() & (min_served > 0))
-    if end <= t + 1 or not len(held):
-        return True
-    services = [index[vj] for vj in held.tolist()]
-    young = t - lay.arrival[services] < season(o, s.step_minutes)  # less than a day seen
-    share = np.where(young, o.guarantee_headroom_first_day, o.guarantee_headroom)
-    if o.forecast == "oracle":  # the true future: no forecast error to keep room for
-        share = np.zeros_like(share)
-    raised = np.ceil(v.demand.numpy()[held, 1:end - t] * (1 + share[:, None]) - 1e-9)  # (E, L)
-    guaranteed = guaranteed_replicas(min_served[held, None], raised)  # (E, L)
-    rigid = np.append(lay.rigid & ~lay.preemptible, False)  # IDLE: the spare last entry
-    stays = rigid[owner[:, t + 1:end].numpy().T]  # (L, G) held by work that cannot yield
-    stays[:, first:first + int(lay.gpus[j])] = True
-    subsets = unions(lay, services)  # (U, P)
-    subsets = np.ascontiguousarray(subsets[subsets[:, lay.gpu_pool[first]]])  # j's pool's
-    return bool((hall_served(lay, subsets, ~stays, services, guaranteed) == guaranteed).all())
-
-
-def _start_due(sched: Schedule, j: int, planned: int) -> int | None:
-    """The first GPU where view job j, planned to start now on the block at
-    `planned`, starts now, or None (it waits): a block where the forecast
-    real-time demand still fits (its planned one when it is), else its
-    planned block when it is free and the objective (the schedule's
-    discount) is higher with j there now than with j at its earliest later
-    start that displaces no demand. The replan may have chosen to displace
-    demand for it; the demand may have changed since."""
-    first, _ = sched.fits_at(j, 0, demand_aware=True, displace=False, prefer=planned)
-    if first is not None:
-        return first
-    if sched.fits_at(j, 0, demand_aware=False, prefer=planned)[0] != planned:
-        return None  # not free any more
-    before = sched.snapshot()
-    sched.place(j, 0, planned)
-    sched.fill_elastic()
-    now = sched.value()
-    sched.restore(before)
-    later = sched.find(j, 1, demand_aware=True, displace=False)
-    if later is not None:
-        sched.place(j, *later)
-    sched.fill_elastic()
-    wait = sched.value()
-    sched.restore(before)
-    return planned if worth_displacing(now, wait) else None
 
 
 def _trim_done(s: Scenario, owner: torch.Tensor,

@@ -50,7 +50,7 @@ class Policy:
     arrival at once on the core's best-fit block free for the whole run (the
     allocator: its priority-order build, ideal there, is returned at once),
     so the loop starts such arrivals without planning the view
-    (online.loop._start_at_once)."""
+    (online.start.start_at_once)."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
