@@ -1,5 +1,5 @@
 """The rolling-horizon loop (gpualloc.online): replan, commit, serve between
-replans."""
+replans; the starts decided at their own step are online/start.py's."""
 from __future__ import annotations
 
 import copy
