@@ -75,6 +75,32 @@ def test_benchmark_tables_from_made_up_runs(tmp_path):
     assert "below greedy online on 1 of 1 runs" in text
     assert "On the generated speed cases (not in the target) it is below on 1 of 1." in text
     assert "| openb_x | allocator | online /6 | 3 | -7.22% |" in text
+    # The windows and the speed cases are not the seven's: no 2-second line.
+    assert "Online runs of the seven over" not in text
+
+
+def test_runs_of_the_seven_over_two_seconds_are_counted(tmp_path):
+    from bench.online_traces import markdown, merge
+
+    rows = [_row("mixed", 0, "greedy", "offline", None, 100, 0.1),
+            _row("mixed", 0, "greedy", "online", 6, 100, 0.6),
+            _row("mixed", 0, "allocator", "offline", None, 100, 1.0),
+            _row("mixed", 0, "allocator", "online", 6, 100, 1.4),
+            _row("mixed", 1, "allocator", "offline", None, 100, 1.0),
+            _row("mixed", 1, "allocator", "online", 6, 100, 1.9),
+            _row("mixed", 1, "allocator", "offline", None, 99, 3.0, guarantee=True),
+            _row("mixed", 1, "allocator", "online", 6, 98, 2.3, guarantee=True),
+            _row("mixed", 1, "greedy", "online", 6, 97, 0.9, guarantee=True)]
+    part = {"machine": {"cpu": "x", "cores": 2, "gpu": None, "torch": "t", "commit": "c"},
+            "command": "python -m bench.online_traces", "policies": ["greedy", "allocator"],
+            "replan_every": [6], "forecast": "last_day", "rows": rows}
+    (tmp_path / "a.json").write_text(json.dumps(part))
+    text = markdown(merge([tmp_path / "a.json"]))
+    assert ("Online runs of the seven over 2 s (free): greedy 0 of 1, allocator 0 of 2; the "
+            "longest 1.90 s (allocator, `mixed` seed 1, every 6 step(s)).") in text
+    # The offline run over 2 s is not an online run.
+    assert ("Online runs of the seven over 2 s (with the guarantee): greedy 0 of 1, allocator "
+            "1 of 1; the longest 2.30 s (allocator, `mixed` seed 1, every 6 step(s)).") in text
 
 
 def test_time_target_is_counted_run_by_run(tmp_path):
@@ -92,5 +118,8 @@ def test_time_target_is_counted_run_by_run(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps(part))
     text = markdown(merge([tmp_path / "a.json"]))
     assert "| x1.5 (runs x1.0-x50.0) |" in text
+    # No run of the seven over 2 s: counted all the same (the target).
+    assert ("Online runs of the seven over 2 s (free): allocator 0 of 2; the longest 1.00 s "
+            "(allocator, `mixed` seed 1, every 6 step(s)).") in text
     assert "every 6 step(s) (each online run against the offline run of its scenario and " \
            "seed): allocator 1 of 2." in text
