@@ -70,13 +70,14 @@ def _fill(lay, window: np.ndarray, order: list[int], guaranteed: np.ndarray,
         return
     jobs = np.asarray(order, dtype=np.int64)
     # Most steps already hold every replica wanted: only the others are served.
-    short = np.flatnonzero((held_by_step(lay, window, jobs) < actual[order].T).any(1))
-    for c in short.tolist():
-        col = window[c]  # a row of window: served in place
+    held = held_by_step(lay, window, jobs)  # (C, E)
+    for c in np.flatnonzero((held < actual[order].T).any(1)).tolist():
+        col, now = window[c], held[c]  # a row of window: served in place
         for want in (guaranteed[order, c], actual[order, c]):
-            need = np.maximum(want - held_replicas(lay, col, jobs), 0)
+            need = np.maximum(want - now, 0)
             if need.any():
                 serve_step(lay, col, col == IDLE, jobs, need, by_class=True)
+                now = held_replicas(lay, col, jobs)  # counted again only where it served
 
 
 def _requeue(committed: Committed, j: int, tau: int, c: int, owner: torch.Tensor,
