@@ -49,6 +49,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # too, is decided at its step (online.start.between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
+    # The last plan in each view's indices, for a policy that starts from it (a
+    # function that is no registry entry may: it gets it too).
+    hinted = getattr(policy, "reads_hint", True)
     period = season(o, s.step_minutes)
     owner = empty_owner(s)  # (G, T) int64, the executed plan
     committed = Committed(start={})
@@ -115,7 +118,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             tau = stop
             continue
         v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
-        v.hint = last_plan(previous, index, tau, s.J)
+        if hinted:
+            v.hint = last_plan(previous, index, tau, s.J)
         v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)

@@ -51,6 +51,9 @@ class Policy:
     allocator: its priority-order build, ideal there, is returned at once),
     so the loop starts such arrivals without planning the view
     (online.start.start_at_once)."""
+    reads_hint: bool = False
+    """Online, it starts from the last replan's plan (Scenario.hint: the
+    allocator's "previous" build); for the others the loop leaves it unset."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
@@ -159,7 +162,7 @@ BASELINE = "fifo"
 POLICIES: dict[str, Policy] = {
     "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False,
                    places_guarantee_first=False),
-    "allocator": Policy(_allocator, starts_arrivals_at_once=True),
+    "allocator": Policy(_allocator, starts_arrivals_at_once=True, reads_hint=True),
     "greedy": Policy(_greedy),
     "backfill": Policy(_backfill),
     "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False),
