@@ -34,17 +34,20 @@ class Observation:
 
 
 def visible(s: Scenario, tau: int, arrivals_known: bool = False,
-            services_only: bool = False) -> Observation:
+            services_only: bool = False, gone: np.ndarray | None = None) -> Observation:
     """The observation at `tau`: the only place the online loop reads jobs
     for the planner. `arrivals_known` (online.arrivals=oracle): the rigid
     jobs still to arrive too; `services_only`: the real-time services alone
-    (a forecast without the thousands of rigid jobs)."""
+    (a forecast without the thousands of rigid jobs); `gone`: (J,) bool,
+    rigid jobs the loop has seen finished, left out."""
     lay = layout(s)  # numpy: a view is built at most steps, and torch's small ops cost more
     seen = lay.arrival <= tau
     if arrivals_known:
         seen = seen | lay.rigid
     if services_only:
         seen = seen & ~lay.rigid
+    if gone is not None:
+        seen = seen & ~(gone & lay.rigid)
     arrived = np.flatnonzero(seen)
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy

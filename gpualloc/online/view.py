@@ -25,9 +25,10 @@ class Committed:
     """Preemptible jobs: job -> the end of that segment."""
     progress: dict[int, int] = field(default_factory=dict)
     """Preemptible jobs: job -> steps of progress made before tau."""
-    finished: set[int] = field(default_factory=set)
-    """Jobs that are not preemptible, seen finished by a view: a later view
-    skips them at once (most known jobs of a long trace have finished)."""
+    finished: np.ndarray | None = None
+    """(J,) bool: jobs that are not preemptible, seen finished by a view
+    (None: none yet). Later views never read them: most known jobs of a long
+    trace have finished (issue 28)."""
 
 
 def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: int,
@@ -48,8 +49,6 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
     e = 0
     finished = committed.finished
     for j, k in zip(obs.jobs, obs.known):
-        if j in finished:
-            continue
         if k.demand is not None:
             services.append(len(jobs))
             jobs.append(copy_job(k, arrival=0, demand=lists[e]))
@@ -69,7 +68,8 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
             s0, g0 = committed.start[j]
             end = s0 + k.duration
             if end <= tau:
-                finished.add(j)
+                if finished is not None:
+                    finished[j] = True
                 continue
             jobs.append(copy_job(k, arrival=0, duration=min(end, horizon) - tau))
             fixed_cells.append((len(jobs) - 1, g0, k.gpus, min(end, horizon) - tau))
@@ -112,12 +112,15 @@ def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
     with `period` and online.arrivals=history, the arrivals expected too;
     `copies`, as `view` says. Returns the view and its jobs' scenario
     indices (`view`)."""
-    obs = visible(s, t, o.arrivals == "oracle")
+    history = period is not None and o.arrivals == "history"
+    if committed.finished is None:
+        committed.finished = np.zeros(s.J, dtype=np.bool_)
+    # The arrivals expected are counted from every job seen, finished ones too.
+    obs = visible(s, t, o.arrivals == "oracle", gone=None if history else committed.finished)
     steps = s.T - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    expected = (expected_arrivals(obs, s.T - t, period)
-                if period is not None and o.arrivals == "history" else None)
+    expected = expected_arrivals(obs, s.T - t, period) if history else None
     v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected,
                     copies)
     v.share_cluster(s)
