@@ -66,7 +66,7 @@ class Occupancy:
         self.adopted = np.zeros(lay.J, dtype=np.bool_)  # running before planning began
         self._no_slack = np.zeros((0, lay.T), dtype=np.int64)  # no guard to follow
         self._no_pools = np.zeros((0, lay.P), dtype=np.bool_)
-        if cuttable:
+        if cuttable and lay.preemptible.any():  # no pass over the grid for nothing to adopt
             self._adopt_fixed()
 
     def _adopt_fixed(self) -> None:
