@@ -218,11 +218,12 @@ def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
     next replan may start from (gangs keep their future block unless a
     better plan moves them)."""
     # numpy: these (G, T) grids are small, and torch's threads cost more than the work.
-    to_scenario = np.array(index + [IDLE], dtype=np.int64)  # view job -> scenario job
-    rigid = np.append(v.rigid.numpy(), False)
-    p = planned.numpy()
-    out = np.full((s.G, s.T), IDLE, dtype=np.int64)
-    out[:, tau:] = np.where(rigid[p] & (p >= 0), to_scenario[p], IDLE)
+    # View job -> scenario job where rigid, else IDLE (so is IDLE's spare last entry).
+    to_scenario = np.where(np.append(v.rigid.numpy(), False),
+                           np.array(index + [IDLE], dtype=np.int64), IDLE)
+    out = np.empty((s.G, s.T), dtype=np.int64)
+    out[:, :tau] = IDLE
+    out[:, tau:] = to_scenario[planned.numpy()]
     return out
 
 
