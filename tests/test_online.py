@@ -379,6 +379,22 @@ def scen_doc():
                       "gpus": 1, "demand": [1, 1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2]}]}
 
 
+def test_policy_that_runs_a_decided_job_elsewhere_is_refused():
+    s = from_dict(scen_doc())
+
+    def twice(v, c, d):  # keeps the fixed cells, and runs a decided job on an idle cell too
+        owner = v.fixed.clone()
+        decided = [j for j in range(v.J) if v.rigid[j] and bool((v.fixed == j).any())]
+        idle = (owner == -1).nonzero()
+        if decided and len(idle):
+            owner[idle[0, 0], idle[0, 1]] = decided[0]
+        return Plan(owner=owner)
+
+    with pytest.raises(ScenarioError, match=r"ran decided jobs on 1 others"):
+        calls = iter([fixed_greedy] + [twice] * 20)
+        online(s, lambda v, c, d: next(calls)(v, c, d), cfg())
+
+
 def test_serving_meets_actual_demand():
     # Capacity for real-time follows the actual demand each step, whatever
     # was forecast, as long as GPUs are free of rigid jobs.

@@ -275,14 +275,14 @@ def _check_honours(v: Scenario, planned: torch.Tensor, name: str) -> None:
     p, fixed = planned.numpy(), v.fixed.numpy()
     preemptible = v.preemptible.numpy()
     # Preemptible jobs' fixed cells may be cut, and such a job may run again.
-    cuttable = np.zeros(v.J + 1, dtype=bool)
-    cuttable[:-1] = preemptible
-    held = (fixed >= 0) & ~cuttable[fixed]
-    moved = held & (p != fixed)
+    held_by = np.zeros(v.J + 1, dtype=bool)  # IDLE indexes the spare last entry
+    held_by[:-1] = ~preemptible
+    held = held_by[fixed]  # cells decided before the view that no plan may change
     decided = np.zeros(v.J + 1, dtype=bool)
     decided[:-1] = fixed_jobs(v) & ~preemptible
-    elsewhere = ~held & decided[p]  # IDLE indexes the spare last entry
-    if moved.any() or elsewhere.any():
+    # On held cells the plan keeps the fixed job; elsewhere no decided job runs.
+    if np.where(held, p != fixed, decided[p]).any():
+        moved, elsewhere = held & (p != fixed), ~held & decided[p]
         raise ScenarioError(f"policy {name} does not honour Scenario.fixed (it changed "
                             f"{int(moved.sum())} decided cells and ran decided jobs on "
                             f"{int(elsewhere.sum())} others): it cannot run with mode=online")
