@@ -21,7 +21,7 @@ class Observation:
     tau: int
     jobs: list[int]
     """Scenario indices of the jobs known at tau (arrived by then, or every
-    rigid job: `visible`), in scenario order."""
+    rigid job; less those seen finished: `visible`), in scenario order."""
     known: list[Job]
     """Those jobs, each an own copy with its demand cut after tau."""
     history: torch.Tensor
