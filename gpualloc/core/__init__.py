@@ -145,11 +145,18 @@ def still_wanted(s: Scenario, fixed: np.ndarray | None,
 
 def fixed_jobs(s: Scenario) -> np.ndarray:
     """(J,) bool: jobs holding cells in `s.fixed` (decided before planning:
-    a rigid one has started and is not planned again)."""
+    a rigid one has started and is not planned again); the caller's own copy."""
+    # Online, a replan asks this of its view several times (the policy, the
+    # loop's checks and commits), each a pass over the (G, T) grid: one pass
+    # while s.fixed stays the same tensor (nothing writes into it in place).
+    cached = s.__dict__.get("_fixed_jobs")
+    if cached is not None and cached[0] is s.fixed and len(cached[1]) == s.J:
+        return cached[1].copy()
     out = np.zeros(s.J + 1, dtype=np.bool_)  # IDLE marks the spare last entry
     if s.fixed is not None:
         out[s.fixed.cpu().numpy()] = True
-    return out[:-1]
+    s.__dict__["_fixed_jobs"] = (s.fixed, out[:-1])
+    return out[:-1].copy()
 
 
 def ordered_sum(x: np.ndarray) -> float:
