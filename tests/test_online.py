@@ -764,3 +764,54 @@ def test_commit_reads_every_jobs_runs_in_one_pass_as_job_by_job():
         runs = _runs(plan, jobs)
         assert sorted(runs) == jobs.tolist()
         assert all(runs[j] == _runs_of_one(plan == j) for j in jobs.tolist())
+
+
+def _serving():
+    """Runs online plans with the loop's service passes counted (window
+    lengths) and, with `monkey`, quiet windows served one by one."""
+    import gpualloc.online.loop as loop
+
+    passes = []
+    serve, together = loop.serve, loop._quiet_windows_served_together
+
+    def counted(*args):
+        passes.append(args[3] - args[2])
+        return serve(*args)
+
+    def run(s, name, c, alone=False):
+        passes.clear()
+        loop.serve = counted
+        if alone:
+            loop._quiet_windows_served_together = lambda s, o: False
+        try:
+            return online(s, POLICIES[name], c), list(passes)
+        finally:
+            loop.serve, loop._quiet_windows_served_together = serve, together
+
+    return run
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenario_docs(max_horizon=14), st.integers(1, 3), st.sampled_from(["greedy", "allocator"]),
+       st.sampled_from(["light", "full"]))
+def test_quiet_windows_served_together_give_the_plan_served_window_by_window(
+        doc, every, name, on_arrival):
+    """Property: where nothing waits until the next arrival, the loop serves
+    the quiet windows in one pass; the plan and its counts are those of
+    serving them one window at a time."""
+    s, c, run = from_dict(doc), cfg(every=every, replan_on_arrival=on_arrival), _serving()
+    together, _ = run(s, name, c)
+    alone, passes = run(s, name, c, alone=True)
+    assert all(n <= every for n in passes)
+    assert torch.equal(together.owner, alone.owner) and together.info == alone.info
+    assert check(s, together.owner).ok_but_guarantee
+
+
+def test_a_quiet_week_is_served_in_fewer_passes():
+    import gpualloc as ga
+
+    s, run = ga.generate("low_contention", seed=0, horizon=48), _serving()
+    plan, passes = run(s, "allocator", cfg(every=1))
+    alone, one_by_one = run(s, "allocator", cfg(every=1), alone=True)
+    assert len(passes) < len(one_by_one) == s.T and max(passes) > 1 and sum(passes) == s.T
+    assert torch.equal(plan.owner, alone.owner) and check(s, plan.owner).ok

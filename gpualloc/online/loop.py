@@ -67,28 +67,39 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     insertable = (getattr(policy, "starts_arrivals_at_once", False) and o.arrivals == "none"
                   and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
                   and bool((s.gpus[~s.rigid] == 1).all()))
+    stretches = _quiet_windows_served_together(s, o)
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
+
+    def window_end(t: int) -> int:
+        """The end of the window from t: the next replan step, or an arrival."""
+        stop = min(t - t % o.replan_every + o.replan_every, s.T)
+        if o.replan_on_arrival != "none":
+            stop = next((x for x in range(t + 1, stop) if x in arrives), stop)
+        return stop
+
+    def cadence(t: int) -> tuple[bool, bool, bool, bool]:
+        """Whether the replan at t is periodic, full, relaxed; and quiet: not
+        full, or the policy's last full plan carried nothing (it weighs
+        nothing at a full replan)."""
+        periodic = t % o.replan_every == 0
+        full = (periodic and (last_full is None or o.full_every is None
+                              or t - last_full >= o.full_every)
+                or not periodic and o.replan_on_arrival == "full")
+        relaxed = full and (last_relaxed is None or o.relax_every is None
+                            or t - last_relaxed >= o.relax_every)
+        return periodic, full, relaxed, not full or (last_full is not None and carry is None)
+
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
     while tau < s.T:
-        periodic = tau % o.replan_every == 0
-        stop = min(tau - tau % o.replan_every + o.replan_every, s.T)
-        if o.replan_on_arrival != "none":
-            stop = next((t for t in range(tau + 1, stop) if t in arrives), stop)
+        stop = window_end(tau)
         made_by_tau = None  # (J,) preemptible jobs' progress before tau
         if progress is not None:  # from the last trim: serving moves no rigid cell
             made_by_tau = progress[:, :tau].sum(1)
             committed.progress = progress_made(s, committed, made_by_tau)
-        full = (periodic and (last_full is None or o.full_every is None
-                              or tau - last_full >= o.full_every)
-                or not periodic and o.replan_on_arrival == "full")
-        relaxed = full and (last_relaxed is None or o.relax_every is None
-                            or tau - last_relaxed >= o.relax_every)
-        # A policy whose last full plan carried nothing weighs nothing at a full replan.
-        carries_nothing = last_full is not None and carry is None
-        quiet = not full or carries_nothing
+        periodic, full, relaxed, quiet = cadence(tau)
         # Every rigid job known has started (and, preemptible, finished): a
         # replan would place nothing, and real-time service follows the actual
         # demand (serve): most steps of a lightly loaded cluster. Or only the
@@ -109,6 +120,17 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             if full:  # the cadence holds: the next full replan comes when it would have
                 last_full = tau
                 last_relaxed = tau if relaxed else last_relaxed
+            # Nothing waits now, and nothing arrives before `stop`: each quiet
+            # window after it up to the next arrival would be skipped too.
+            while stretches and stop < s.T and stop not in arrives:
+                _, full, relaxed, quiet = cadence(stop)
+                if not quiet:
+                    break
+                skipped += 1
+                if full:
+                    last_full = stop
+                    last_relaxed = stop if relaxed else last_relaxed
+                stop = window_end(stop)
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
                 filled += between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                           {}, guarded, copies)[0]
@@ -166,6 +188,20 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "relaxed_replans": relaxed_replans,
                                    "filled": filled, "deferred": deferred,
                                    "skipped": skipped, "inserted": inserted})
+
+
+def _quiet_windows_served_together(s: Scenario, o) -> bool:
+    """Whether quiet windows in a row (nothing waits, nothing arrives) may be
+    served in one pass: where each step's service depends on that step
+    alone, as window by window. So no guarantee (its reclaims cut work for
+    later steps), no preemptible job, windows that end at arrivals, and at
+    most 6 service classes: the unions of classes that a pass's Hall counts
+    take then stay under core.classes' cap of 64, and services with nothing
+    wanted at a step change nothing there."""
+    lay = layout(s)
+    classes = {tuple(row) for row in lay.pool_ok[~lay.rigid].tolist()}
+    return (o.replan_on_arrival != "none" and not bool((s.min_served > 0).any())
+            and not bool(s.preemptible.any()) and len(classes) <= 6)
 
 
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
