@@ -53,7 +53,9 @@ once on the core's best-fit block beside the forecast demand
 build does, returned as ideal) is not run: the loop starts them so
 (`Plan.info`'s `inserted`), or plans the view where one does not fit; not
 with guaranteed services, preemptible jobs, expected arrivals or replicas
-of more than one GPU.
+of more than one GPU. Skipped windows in a row, up to the next arrival,
+are served in one pass (loop._quiet_windows_served_together says where
+that is the same plan).
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:
