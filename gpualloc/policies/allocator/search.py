@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from gpualloc.core.blocks import settle_columns
 from gpualloc.core.insert import insert_serial, place, take_out
 from gpualloc.core.schedule import Schedule, rigid_totals, serve_span
 
@@ -233,15 +234,6 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
             return
         ints[0] += 1
         ints[5] += 1
-        _copy(s_busy, busy)
-        _copy(s_owner, owner)
-        _copy(s_run, run)
-        _copy(s_start, start)
-        _copy(s_first, first)
-        _copy(s_busy_gpus, busy_gpus)
-        _copy(s_slack, slack)
-        _copy(s_value, elastic_value)
-        _copy(s_used, elastic_used)
         lo, hi = T, np.int64(0)
         waiting = np.flatnonzero(plannable & (start < 0))
         forced = -1
@@ -361,16 +353,39 @@ def _walk(rng, stop, iterations, ints, floats, used_clock,
                       k_slack, k_value, k_used)
             ints[4] += 1 if value < current - 1e-9 else 0
             floats[1] = value
+            _rows(s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
+                  busy, owner, run, start, first, busy_gpus, slack, elastic_value, elastic_used,
+                  span[0], span[1], candidates, forced)
         else:
-            _copy(busy, s_busy)
-            _copy(owner, s_owner)
-            _copy(run, s_run)
-            _copy(start, s_start)
-            _copy(first, s_first)
-            _copy(busy_gpus, s_busy_gpus)
-            _copy(slack, s_slack)
-            _copy(elastic_value, s_value)
-            _copy(elastic_used, s_used)
+            _rows(busy, owner, run, start, first, busy_gpus, slack, elastic_value, elastic_used,
+                  s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
+                  span[0], span[1], candidates, forced)
+
+
+@njit(cache=True)
+def _rows(busy, owner, run, start, first, busy_gpus, slack, value, used,
+          s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, s_value, s_used,
+          lo, hi, jobs, forced):
+    """The first state made the second's where a move changed them: steps
+    [lo, hi), the start and first GPU of `jobs` and `forced`, and the free
+    runs before lo, which follow the cells (settled back from lo)."""
+    if lo >= hi:
+        return
+    for t in range(lo, hi):
+        for g in range(busy.shape[1]):
+            busy[t, g] = s_busy[t, g]
+            owner[t, g] = s_owner[t, g]
+            run[t, g] = s_run[t, g]
+        busy_gpus[t] = s_busy_gpus[t]
+        value[t] = s_value[t]
+        used[t] = s_used[t]
+        for u in range(slack.shape[0]):
+            slack[u, t] = s_slack[u, t]
+    settle_columns(busy, run, 0, lo, lo)
+    for j in jobs:
+        start[j], first[j] = s_start[j], s_first[j]
+    if forced >= 0:
+        start[forced], first[forced] = s_start[forced], s_first[forced]
 
 
 @njit(cache=True)
