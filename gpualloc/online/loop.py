@@ -68,6 +68,17 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                   and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
                   and bool((s.gpus[~s.rigid] == 1).all()))
     stretches = _quiet_windows_served_together(s, o)
+    # A light replan where only the jobs arriving at tau wait is planned on a
+    # view cut after their longest run, for a policy whose window's plan then
+    # reads no further (Policy.short_views); where it read further, on the
+    # whole view. Views of one cluster keep what such a plan reads the same
+    # where they hold no guaranteed service, no preemptible job and no
+    # arrivals but those known, and few service classes
+    # (_one_step_service): a service that wants nothing before the cut,
+    # which the cut view leaves out, changes no step's service.
+    shortable = (getattr(policy, "short_views", False) and not hinted
+                 and o.arrivals == "none" and _one_step_service(s))
+    short_views = 0
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
@@ -139,10 +150,22 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             bar.update(stop - tau)
             tau = stop
             continue
-        v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
-        if hinted:
-            v.hint = last_plan(previous, index, tau, s.J)
-        v.window = stop - tau
+        v = made = None
+        if shortable and not full and (s.arrival.numpy()[waiting] == tau).all():
+            end = tau + max(stop - tau, int(np.minimum(s.duration.numpy()[waiting],
+                                                       s.T - tau).max()))
+            if end < s.T:
+                v, index = view_at(s, tau, o, oracle, committed, period, copies, end)
+                v.window, v.carry = stop - tau, carry
+                made = policy(v, light, device)
+                if made.info.get("looked_ahead", True):
+                    v = made = None  # planned again on the whole view
+                short_views += v is not None
+        if v is None:
+            v, index = view_at(s, tau, o, oracle, committed, period, copies=copies)
+            if hinted:
+                v.hint = last_plan(previous, index, tau, s.J)
+            v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)
         planned = empty_owner(v)
@@ -152,13 +175,14 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             last_relaxed = tau if relaxed else last_relaxed
             relaxed_replans += relaxed
             v.carry = None if full else carry
-            made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
+            if made is None:
+                made = policy(v, cfg if relaxed else unrelaxed if full else light, device)
             carry = made.info.get("carry") if full else carry
             planned = made.owner.cpu().long()
             _check_honours(v, planned, name)
             replans += periodic
             arrival_replans += not periodic
-            previous = _remember(v, index, planned, tau, s)
+            previous = _remember(v, index, planned, tau, s, owner)
         due, moved = _commit_rigid(v, index, planned, tau, stop, owner, committed,
                                    0 if guarded else 1 if o.commit_at_start else None)
         # Between replans only jobs that are not preemptible start: the
@@ -187,7 +211,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "full_replans": full_replans,
                                    "relaxed_replans": relaxed_replans,
                                    "filled": filled, "deferred": deferred,
-                                   "skipped": skipped, "inserted": inserted})
+                                   "skipped": skipped, "inserted": inserted,
+                                   "short_views": short_views})
 
 
 def _quiet_windows_served_together(s: Scenario, o) -> bool:
@@ -198,10 +223,19 @@ def _quiet_windows_served_together(s: Scenario, o) -> bool:
     most 6 service classes: the unions of classes that a pass's Hall counts
     take then stay under core.classes' cap of 64, and services with nothing
     wanted at a step change nothing there."""
+    return o.replan_on_arrival != "none" and _one_step_service(s)
+
+
+def _one_step_service(s: Scenario) -> bool:
+    """Whether each step's real-time service depends on that step alone, and
+    a service that wants nothing at a step changes nothing there: no
+    guarantee (its reclaims cut work for later steps), no preemptible job,
+    and at most 6 service classes (the unions of classes that Hall's counts
+    take then stay under core.classes' cap of 64)."""
     lay = layout(s)
     classes = {tuple(row) for row in lay.pool_ok[~lay.rigid].tolist()}
-    return (o.replan_on_arrival != "none" and not bool((s.min_served > 0).any())
-            and not bool(s.preemptible.any()) and len(classes) <= 6)
+    return (not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
+            and len(classes) <= 6)
 
 
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
@@ -249,17 +283,19 @@ def without_relaxation(cfg: RunConfig) -> RunConfig:
 
 
 def _remember(v: Scenario, index: list[int], planned: torch.Tensor, tau: int,
-              s: Scenario) -> np.ndarray:
+              s: Scenario, owner: torch.Tensor) -> np.ndarray:
     """(G, T) the plan's rigid cells from tau on, by scenario index: where the
     next replan may start from (gangs keep their future block unless a
-    better plan moves them)."""
+    better plan moves them). After a view cut short, the committed cells of
+    the executed plan `owner` (those of the view's fixed jobs there)."""
     # numpy: these (G, T) grids are small, and torch's threads cost more than the work.
     # View job -> scenario job where rigid, else IDLE (so is IDLE's spare last entry).
     to_scenario = np.where(np.append(v.rigid.numpy(), False),
                            np.array(index + [IDLE], dtype=np.int64), IDLE)
     out = np.empty((s.G, s.T), dtype=np.int64)
     out[:, :tau] = IDLE
-    out[:, tau:] = to_scenario[planned.numpy()]
+    out[:, tau:tau + v.T] = to_scenario[planned.numpy()]
+    out[:, tau + v.T:] = owner.numpy()[:, tau + v.T:]
     return out
 
 

@@ -104,24 +104,26 @@ def view(obs: Observation, future: torch.Tensor, committed: Committed, horizon: 
 
 
 def view_at(s: Scenario, t: int, o: OnlineConfig, oracle, committed: Committed,
-            period: int | None = None,
-            copies: dict[int, Job] | None = None) -> tuple[Scenario, list[int]]:
+            period: int | None = None, copies: dict[int, Job] | None = None,
+            end: int | None = None) -> tuple[Scenario, list[int]]:
     """The view of `s` a plan made at t sees: what is known then (with
     online.arrivals=oracle, the rigid jobs still to arrive too), the forecast
     (`oracle`'s, when given, else o.forecast's), the committed cells fixed;
     with `period` and online.arrivals=history, the arrivals expected too;
-    `copies`, as `view` says. Returns the view and its jobs' scenario
-    indices (`view`)."""
+    `copies`, as `view` says; `end`: the step the view ends at (None: the
+    scenario's end; before it, a view cut short, Policy.short_views).
+    Returns the view and its jobs' scenario indices (`view`)."""
+    end = s.T if end is None else end
     history = period is not None and o.arrivals == "history"
     if committed.finished is None:
         committed.finished = np.zeros(s.J, dtype=np.bool_)
     # The arrivals expected are counted from every job seen, finished ones too.
     obs = visible(s, t, o.arrivals == "oracle", gone=None if history else committed.finished)
-    steps = s.T - t - 1
+    steps = end - t - 1
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    expected = expected_arrivals(obs, s.T - t, period) if history else None
-    v, index = view(obs, future, committed, s.T, s.step_minutes, s.pools, s.G, expected,
+    expected = expected_arrivals(obs, end - t, period) if history else None
+    v, index = view(obs, future, committed, end, s.step_minutes, s.pools, s.G, expected,
                     copies)
     v.share_cluster(s)
     if not expected:  # placeholders have no row of s

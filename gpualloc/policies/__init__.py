@@ -54,6 +54,14 @@ class Policy:
     reads_hint: bool = False
     """Online, it starts from the last replan's plan (Scenario.hint: the
     allocator's "previous" build); for the others the loop leaves it unset."""
+    short_views: bool = False
+    """Online, at a light replan (an arrival's, or between two full ones) it
+    plans only the view's window, and each step from the steps before it
+    (greedy's carried variant, the plain backfill): where every job it starts
+    there starts at once on a block free for its run and none waits, its plan
+    read the view no further than those runs (Plan.info["looked_ahead"]
+    False), so the loop may plan such a replan on a view cut after them
+    (online.loop)."""
 
     def __call__(self, s: Scenario, cfg: RunConfig, device: torch.device) -> Plan:
         return self.fn(s, cfg, device)
@@ -163,7 +171,7 @@ POLICIES: dict[str, Policy] = {
     "fifo": Policy(_fifo, online_by_nature=True, keeps_guarantee=False,
                    places_guarantee_first=False),
     "allocator": Policy(_allocator, starts_arrivals_at_once=True, reads_hint=True),
-    "greedy": Policy(_greedy),
-    "backfill": Policy(_backfill),
+    "greedy": Policy(_greedy, short_views=True),
+    "backfill": Policy(_backfill, short_views=True),
     "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False),
 }

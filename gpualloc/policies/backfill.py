@@ -33,7 +33,9 @@ from gpualloc.scenario import Scenario
 def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
              window: int | None = None) -> Plan:
     """The plan of `s`; with `window`, steps from there on are left unplanned
-    (each step is decided from the steps before it)."""
+    (each step is decided from the steps before it), and the plan says
+    whether it `looked_ahead` (a job waited: its reservation reads the
+    scenario past its run; greedy's Plan.info says why it matters)."""
     lay = layout(s)
     fixed = planning_fixed(s)  # decided cells and guaranteed replicas
     occ = Occupancy(lay, None if fixed is None else time_major(fixed))
@@ -45,6 +47,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
     queue = [j for j in order if lay.rigid[j] and not lay.unplaceable[j] and not done[j]]
     arrival = lay.arrival.tolist()
     end = lay.T if window is None else min(window, lay.T)
+    waited = False
     for t in range(end):
         occ.release()
         if not queue:  # nothing left to start: the steps' service is all that is left
@@ -86,6 +89,7 @@ def backfill(s: Scenario, cfg=None, device: torch.device | str = "cpu",
             return True  # the head's turn is taken, held or not
 
         started = set(easy_pass(waiting, start, reserve))
+        waited |= len(started) < len(waiting)
         if started:
             queue = [j for j in queue if j not in started]
-    return Plan(owner=owner_of(owner))
+    return Plan(owner=owner_of(owner), info={} if window is None else {"looked_ahead": waited})

@@ -84,7 +84,8 @@ def greedy(s: Scenario, cfg: GreedyConfig | None = None,
     # light replans after it (Scenario.carry).
     variant = (s.carry or {}).get("greedy_variant") if window is not None else None
     if variant == "backfill":
-        plan = Plan(owner=plain(s, window=window).owner, info={"variant": "backfill"})
+        other = plain(s, window=window)
+        plan = Plan(owner=other.owner, info={**other.info, "variant": "backfill"})
     elif variant == "greedy":
         plan = _Greedy(s, cfg).run(window)
     else:
@@ -242,6 +243,7 @@ class _Greedy:
         self.safe_version = -1
         self.arrival = lay.arrival.tolist()  # a list: read per waiting job per step
         self.now = 0  # the next step `run` plans: a window's run may go on to the rest
+        self.waited = False  # a job waited at a step: its reservation looks past its run
         self.waiting_gpus = self.free_now = 0  # set per timestep by schedule_rigid
 
     # ---- rigid jobs -------------------------------------------------------------------
@@ -628,6 +630,7 @@ class _Greedy:
                 p += 1
 
         started = set(easy_pass(tries(), start, reserve, held=held))
+        self.waited |= len(started) < len(waiting)
         if started:
             self.queue = [j for j in self.queue if j not in started]
             self.queue_changed()
@@ -645,12 +648,18 @@ class _Greedy:
     # ---- main loop ----------------------------------------------------------------------------
     def run(self, window: int | None = None) -> Plan:
         """The plan of the steps before `window` (None: all), going on from
-        the steps an earlier call planned."""
+        the steps an earlier call planned. A window's plan says whether it
+        `looked_ahead`: read the scenario past the runs of the jobs it started
+        (a job waited, a displacement or an eviction was weighed); where it
+        did not, a view cut after those runs gives the same window (online:
+        Policy.short_views)."""
         self.advance(self.lay.T if window is None else window)
         owner = owner_of(self.owner)
         info = {"repack_checks": self.foot.repacks}
         if self.preempt:
             info["evictions"] = self.evictions
+        if window is not None:
+            info["looked_ahead"] = self.waited or self.foot.repacks > 0 or self.evictions > 0
         return Plan(owner=owner, info=info)
 
     def advance(self, end: int) -> None:
