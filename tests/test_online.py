@@ -815,3 +815,61 @@ def test_a_quiet_week_is_served_in_fewer_passes():
     alone, one_by_one = run(s, "allocator", cfg(every=1), alone=True)
     assert len(passes) < len(one_by_one) == s.T and max(passes) > 1 and sum(passes) == s.T
     assert torch.equal(plan.owner, alone.owner) and check(s, plan.owner).ok
+
+
+def _whole_views(name: str):
+    """The registry's policy, its light replans planned on whole views."""
+    import dataclasses
+
+    return dataclasses.replace(POLICIES[name], short_views=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenario_docs(max_horizon=16, max_jobs=10), st.integers(1, 3),
+       st.sampled_from(["greedy", "backfill"]), st.sampled_from(["light", "full", "none"]),
+       st.sampled_from(FORECASTS))
+def test_light_replans_on_cut_views_give_the_plan_of_whole_views(doc, every, name, on_arrival,
+                                                                   forecast_):
+    """Property: a light replan where only the arrivals wait, planned on a
+    view cut after their runs, gives the plan and the counts of planning it
+    on the whole view (where the cut plan looked further, it is planned
+    again on the whole view)."""
+    s, c = from_dict(doc), cfg(forecast_, every, replan_on_arrival=on_arrival)
+    cut = online(s, POLICIES[name], c)
+    whole = online(s, _whole_views(name), c)
+    assert whole.info["short_views"] == 0
+    assert torch.equal(cut.owner, whole.owner)
+    assert {**cut.info, "short_views": 0} == whole.info
+    assert check(s, cut.owner).ok
+
+
+def test_a_quiet_week_plans_greedys_arrivals_on_cut_views():
+    import gpualloc as ga
+
+    s = ga.generate("low_contention", seed=0, horizon=72)
+    for name in ("greedy", "backfill"):
+        cut, whole = online(s, POLICIES[name], cfg()), online(s, _whole_views(name), cfg())
+        assert cut.info["short_views"] > 0
+        assert torch.equal(cut.owner, whole.owner) and check(s, cut.owner).ok
+
+
+def test_an_arrival_that_waits_is_planned_on_the_whole_view():
+    # x arrives at 3 and waits for the GPUs a holds until 5. On a view cut
+    # after x's run, x would reserve them from 5 (the service's demand from
+    # 7 lies past the cut), and y, whose run meets that reservation, would
+    # not start at 3; on the whole view no start of x is worth that demand,
+    # and y starts at 3. x waited, so the replan is made on the whole view.
+    s = one_node(16, [rigid("a", 6, 5), elastic("s", 1, [0] * 7 + [8] * 9, priority=10),
+                      rigid("x", 8, 4, arrival=3, priority=5), rigid("y", 2, 3, arrival=3)])
+    c = cfg("oracle")
+    cut, whole = online(s, POLICIES["greedy"], c), online(s, _whole_views("greedy"), c)
+    assert cut.info["short_views"] == 0
+    assert torch.equal(cut.owner, whole.owner) and (cut.owner[:, 3] == 3).sum() == 2
+    # The job arriving at 10 starts at once: its replan is planned on a cut view.
+    s = one_node(16, [rigid("a", 8, 8), rigid("b", 4, 2, arrival=3),
+                      rigid("c", 2, 3, arrival=10)])
+    for name in ("greedy", "backfill"):
+        cut, whole = online(s, POLICIES[name], cfg()), online(s, _whole_views(name), cfg())
+        assert cut.info["short_views"] == 1
+        assert torch.equal(cut.owner, whole.owner)
+        assert (cut.owner[:, 8] == 1).sum() == 4 and (cut.owner[:, 10] == 2).sum() == 2

@@ -55,7 +55,11 @@ build does, returned as ideal) is not run: the loop starts them so
 with guaranteed services, preemptible jobs, expected arrivals or replicas
 of more than one GPU. Skipped windows in a row, up to the next arrival,
 are served in one pass (loop._quiet_windows_served_together says where
-that is the same plan).
+that is the same plan). A light replan where only the arrivals wait, of a
+policy that plans only its window step by step (`Policy.short_views`:
+greedy, the backfill), is planned on a view cut after their longest run
+(`Plan.info`'s `short_views`); where its plan says it looked further (a job
+waited), on the whole view.
 
 From the policy's plan, the decisions of the window `[tau, next replan)`
 are executed:
