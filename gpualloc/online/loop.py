@@ -68,14 +68,15 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                   and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
                   and bool((s.gpus[~s.rigid] == 1).all()))
     stretches = _quiet_windows_served_together(s, o)
-    # A light replan where only the jobs arriving at tau wait is planned on a
-    # view cut after their longest run, for a policy whose window's plan then
-    # reads no further (Policy.short_views); where it read further, on the
-    # whole view. Views of one cluster keep what such a plan reads the same
-    # where they hold no guaranteed service, no preemptible job and no
-    # arrivals but those known, and few service classes
-    # (_one_step_service): a service that wants nothing before the cut,
-    # which the cut view leaves out, changes no step's service.
+    # A light replan where only the jobs arriving at tau wait is first planned
+    # on a view cut after the longest of their runs (or the window), for a
+    # policy that plans only its window, each step from the steps before it
+    # (Policy.short_views). Where that plan looked no further (every such job
+    # started at once: Plan.info["looked_ahead"] False), it is the whole
+    # view's plan; else the whole view is planned. Only with no arrivals in
+    # the views but those known, and where a service that wants nothing
+    # before the cut, which the cut view leaves out, changes no step's
+    # service (_one_step_service).
     shortable = (getattr(policy, "short_views", False) and not hinted
                  and o.arrivals == "none" and _one_step_service(s))
     short_views = 0
