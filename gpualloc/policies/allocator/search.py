@@ -381,7 +381,7 @@ def _rows(busy, owner, run, start, first, busy_gpus, slack, value, used,
         used[t] = s_used[t]
         for u in range(slack.shape[0]):
             slack[u, t] = s_slack[u, t]
-    settle_columns(busy, run, 0, lo, lo)
+    settle_columns(busy, run, np.int64(0), lo, lo)
     for j in jobs:
         start[j], first[j] = s_start[j], s_first[j]
     if forced >= 0:
