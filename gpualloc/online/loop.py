@@ -325,10 +325,10 @@ def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray
     lay = layout(s)
     window = owner[:, tau:stop].T.numpy()  # (R, G)
     out = np.full(window.shape, IDLE, dtype=np.int64)
-    demand = lay.demand[:, tau:stop]
-    jobs = service_order(s, np.flatnonzero(demand.any(1)).tolist())
+    services = np.flatnonzero(~lay.rigid)  # rigid jobs' demand rows are zero
+    jobs = service_order(s, services[lay.demand[services, tau:stop].any(1)].tolist())
     if jobs:
-        serve_steps(lay, out, window == IDLE, jobs, demand[jobs], by_class=True)
+        serve_steps(lay, out, window == IDLE, jobs, lay.demand[jobs, tau:stop], by_class=True)
     return out
 
 

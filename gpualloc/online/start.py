@@ -74,7 +74,8 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
         c = lay.job_class[j]
         blocks = lay.class_blocks[lay.class_ptr[c]:lay.class_ptr[c + 1]]
         options = np.zeros(len(blocks), dtype=np.bool_)
-        free_blocks(runs_of(busy), blocks, k, 0, length, options)
+        # Free for `length` steps from tau: the runs of those steps are enough.
+        free_blocks(runs_of(busy[:length]), blocks, k, 0, length, options)
         if not options.any():
             return False
         first = int(blocks[fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
