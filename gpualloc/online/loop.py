@@ -122,8 +122,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         # after it (greedy's variant).
         waiting = _waiting(s, tau, committed, made_by_tau) if quiet else None
         idle = quiet and not waiting.any()
-        at_once = (quiet and not idle and insertable
-                   and (s.arrival.numpy()[waiting] == tau).all()  # only the arrivals
+        arrivals_only = quiet and not idle and bool((s.arrival.numpy()[waiting] == tau).all())
+        at_once = (arrivals_only and insertable
                    and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
                                      owner))
         if idle or at_once:
@@ -152,7 +152,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             tau = stop
             continue
         v = made = None
-        if shortable and not full and (s.arrival.numpy()[waiting] == tau).all():
+        if shortable and not full and arrivals_only:
             end = tau + max(stop - tau, int(np.minimum(s.duration.numpy()[waiting],
                                                        s.T - tau).max()))
             if end < s.T:
@@ -218,12 +218,8 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
 
 def _quiet_windows_served_together(s: Scenario, o) -> bool:
     """Whether quiet windows in a row (nothing waits, nothing arrives) may be
-    served in one pass: where each step's service depends on that step
-    alone, as window by window. So no guarantee (its reclaims cut work for
-    later steps), no preemptible job, windows that end at arrivals, and at
-    most 6 service classes: the unions of classes that a pass's Hall counts
-    take then stay under core.classes' cap of 64, and services with nothing
-    wanted at a step change nothing there."""
+    served in one pass, as window by window: where windows end at arrivals
+    and each step's service is its own (_one_step_service)."""
     return o.replan_on_arrival != "none" and _one_step_service(s)
 
 
