@@ -863,13 +863,13 @@ def test_an_arrival_that_waits_is_planned_on_the_whole_view():
                       rigid("x", 8, 4, arrival=3, priority=5), rigid("y", 2, 3, arrival=3)])
     c = cfg("oracle")
     cut, whole = online(s, POLICIES["greedy"], c), online(s, _whole_views("greedy"), c)
-    assert cut.info["short_views"] == 0
+    assert cut.info["short_views"] == 0 and check(s, cut.owner).ok
     assert torch.equal(cut.owner, whole.owner) and (cut.owner[:, 3] == 3).sum() == 2
     # The job arriving at 10 starts at once: its replan is planned on a cut view.
     s = one_node(16, [rigid("a", 8, 8), rigid("b", 4, 2, arrival=3),
                       rigid("c", 2, 3, arrival=10)])
     for name in ("greedy", "backfill"):
         cut, whole = online(s, POLICIES[name], cfg()), online(s, _whole_views(name), cfg())
-        assert cut.info["short_views"] == 1
+        assert cut.info["short_views"] == 1 and check(s, cut.owner).ok
         assert torch.equal(cut.owner, whole.owner)
         assert (cut.owner[:, 8] == 1).sum() == 4 and (cut.owner[:, 10] == 2).sum() == 2
