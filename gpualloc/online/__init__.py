@@ -53,9 +53,12 @@ once on the core's best-fit block beside the forecast demand
 build does, returned as ideal) is not run: the loop starts them so
 (`Plan.info`'s `inserted`), or plans the view where one does not fit; not
 with guaranteed services, preemptible jobs, expected arrivals or replicas
-of more than one GPU. Skipped windows in a row, up to the next arrival,
-are served in one pass (loop._quiet_windows_served_together says where
-that is the same plan). A light replan where only the arrivals wait, of a
+of more than one GPU. Where each step's real-time service is its own (no
+guaranteed service, no preemptible job, at most 6 service classes:
+loop._service_at_end), no decision reads a replica: every window is
+served in one pass after the last decision, with the same plan, and
+skipped windows in a row, up to the next arrival, are one step of the
+loop. A light replan where only the arrivals wait, of a
 policy that plans only its window step by step (`Policy.short_views`:
 greedy, the backfill), is planned on a view cut after their longest run
 (`Plan.info`'s `short_views`); where its plan says it looked further (a job

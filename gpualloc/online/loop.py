@@ -67,7 +67,14 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     insertable = (getattr(policy, "starts_arrivals_at_once", False) and o.arrivals == "none"
                   and not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
                   and bool((s.gpus[~s.rigid] == 1).all()))
-    stretches = _quiet_windows_served_together(s, o)
+    # Where each step's service is its own and no decision reads it
+    # (_service_at_end), every window is served in one pass at the end:
+    # (tau, stop, the plan's replicas or None where the window's demand is
+    # packed on what rigid work leaves free). Then skipped windows in a
+    # row, up to the next arrival (they end at arrivals), are one step of
+    # the loop.
+    windows = [] if _service_at_end(s) else None
+    stretches = windows is not None and o.replan_on_arrival != "none"
     # A light replan where only the jobs arriving at tau wait is first planned
     # on a view cut after the longest of their runs (or the window), for a
     # policy that plans only its window, each step from the steps before it
@@ -146,7 +153,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
                 filled += between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                           {}, guarded, copies)[0]
-            if serve(s, _packed(s, owner, tau, stop), tau, stop, owner, committed):
+            if windows is not None:
+                windows.append((tau, stop, None))
+            elif serve(s, _packed(s, owner, np.arange(tau, stop)), tau, stop, owner, committed):
                 progress = _trim_done(s, owner)
             bar.update(stop - tau)
             tau = stop
@@ -199,13 +208,18 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             filled += done[0]
             deferred += done[1]
         progress = _trim_done(s, owner, seg)
-        if serve(s, _replicas(v, index, planned, stop - tau), tau, stop, owner, committed):
+        replicas = _replicas(v, index, planned, stop - tau)
+        if windows is not None:
+            windows.append((tau, stop, replicas))
+        elif serve(s, replicas, tau, stop, owner, committed):
             progress = _trim_done(s, owner)  # preempted at a step of the window
         bar.update(stop - tau)
         if not bar.disable:  # formatting it costs even a hidden bar's time
             bar.set_postfix(replans=replans + arrival_replans, refresh=False)
         tau = stop
     bar.close()
+    if windows:
+        serve(s, _service_plan(s, owner, windows), 0, s.T, owner, committed)
     return Plan(owner=owner, info={"mode": "online", "forecast": o.forecast,
                                    "replan_every": o.replan_every, "replans": replans,
                                    "arrival_replans": arrival_replans,
@@ -214,13 +228,6 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                                    "filled": filled, "deferred": deferred,
                                    "skipped": skipped, "inserted": inserted,
                                    "short_views": short_views})
-
-
-def _quiet_windows_served_together(s: Scenario, o) -> bool:
-    """Whether quiet windows in a row (nothing waits, nothing arrives) may be
-    served in one pass, as window by window: where windows end at arrivals
-    and each step's service is its own (_one_step_service)."""
-    return o.replan_on_arrival != "none" and _one_step_service(s)
 
 
 def _one_step_service(s: Scenario) -> bool:
@@ -233,6 +240,34 @@ def _one_step_service(s: Scenario) -> bool:
     classes = {tuple(row) for row in lay.pool_ok[~lay.rigid].tolist()}
     return (not bool((s.min_served > 0).any()) and not bool(s.preemptible.any())
             and len(classes) <= 6)
+
+
+def _service_at_end(s: Scenario) -> bool:
+    """Whether the loop may serve every window in one pass after its last
+    decision, as window by window: where each step's service is its own
+    (_one_step_service: no reclaim cuts work, nothing preemptible), no
+    decision reads a replica (views fix committed rigid cells; starts read
+    rigid cells from their own step on), so a window's service changes no
+    later decision."""
+    return _one_step_service(s)
+
+
+def _service_plan(s: Scenario, owner: torch.Tensor,
+                  windows: list[tuple[int, int, np.ndarray | None]]) -> np.ndarray:
+    """(T, G) the replicas `serve` starts from, the loop's windows in time
+    order: each replanned window's plan (`_replicas`), and the other windows'
+    actual demand packed (`_packed`, in one pass)."""
+    out = np.full((s.T, s.G), IDLE, dtype=np.int64)
+    packed = []
+    for tau, stop, replicas in windows:
+        if replicas is None:
+            packed.append(np.arange(tau, stop))
+        else:
+            out[tau:stop] = replicas
+    if packed:
+        steps = np.concatenate(packed)
+        out[steps] = _packed(s, owner, steps)
+    return out
 
 
 def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
@@ -312,19 +347,19 @@ def _waiting(s: Scenario, tau: int, committed: Committed,
     return open_ & ~done
 
 
-def _packed(s: Scenario, owner: torch.Tensor, tau: int, stop: int) -> np.ndarray:
-    """(R, G) the window's actual demand, step by step, on the GPUs rigid
-    work leaves free, packed the best way the core packs a step
+def _packed(s: Scenario, owner: torch.Tensor, steps: np.ndarray) -> np.ndarray:
+    """(R, G) the actual demand of `steps` (R,), step by step, on the GPUs
+    rigid work leaves free, packed the best way the core packs a step
     (gpualloc.core.classes.serve_steps: greedy's ways and the allocator's,
     by class), by scenario index; IDLE elsewhere. A skipped replan's
     planned replicas."""
     lay = layout(s)
-    window = owner[:, tau:stop].T.numpy()  # (R, G)
+    window = owner.numpy()[:, steps].T  # (R, G)
     out = np.full(window.shape, IDLE, dtype=np.int64)
     services = np.flatnonzero(~lay.rigid)  # rigid jobs' demand rows are zero
-    jobs = service_order(s, services[lay.demand[services, tau:stop].any(1)].tolist())
+    jobs = service_order(s, services[lay.demand[services][:, steps].any(1)].tolist())
     if jobs:
-        serve_steps(lay, out, window == IDLE, jobs, lay.demand[jobs, tau:stop], by_class=True)
+        serve_steps(lay, out, window == IDLE, jobs, lay.demand[jobs][:, steps], by_class=True)
     return out
 
 
