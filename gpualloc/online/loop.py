@@ -49,6 +49,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # too, is decided at its step (online.start.between_replans).
     guarded = o.guarantee_headroom > 0 and any(j.min_served > 0 for j in s.jobs if not j.rigid)
     oracle = Oracle(s) if o.forecast == "oracle" else None
+    # Arrivals inside a window are filled between replans; windows end at
+    # arrivals where they are replanned.
+    fills = o.fill_between and o.replan_on_arrival == "none"
     # The last plan in each view's indices, for a policy that starts from it (a
     # function that is no registry entry may: it gets it too).
     hinted = getattr(policy, "reads_hint", True)
@@ -150,7 +153,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
                     last_full = stop
                     last_relaxed = stop if relaxed else last_relaxed
                 stop = window_end(stop)
-            if o.fill_between:  # arrivals inside the window (online.replan_on_arrival=none)
+            if fills or guarded:
                 filled += between_replans(s, o, oracle, tau, stop, previous, committed, owner,
                                           {}, guarded, copies)[0]
             if windows is not None:
@@ -198,7 +201,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         # Between replans only jobs that are not preemptible start: the
         # preemptible jobs' segments stay as committed, read once for both.
         seg = segments(s, owner) if bool(s.preemptible.any()) else None
-        if o.fill_between or due:
+        if fills or guarded or due:
             # tau's own starts (guarded) see the replan's view where the
             # commits left it as it was (no arrivals expected: placeholders
             # are the replan's own).
