@@ -181,8 +181,9 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
             v.window = stop - tau
         if on_view is not None:
             on_view(tau, v, index)
-        planned = empty_owner(v)
-        if v.J:
+        if not v.J:
+            planned = empty_owner(v)
+        else:
             last_full = tau if full else last_full
             full_replans += full
             last_relaxed = tau if relaxed else last_relaxed
