@@ -343,6 +343,10 @@ def test_forecasts():
     obs = observed([1, 2, 3, 4, 5, 6, 7, 8])
     o = OnlineConfig(period_steps=4)
     assert forecast("last_day", obs, 6, o, 60).tolist() == [[5, 6, 7, 8, 5, 6]]
+    assert forecast("last_day", obs, 6, o, 60).dtype == torch.int64
+    # Headroom rounds up to whole replicas (none at 1.0: the history's own).
+    raised = forecast("last_day", obs, 2, OnlineConfig(period_steps=4, headroom=1.5), 60)
+    assert raised.tolist() == [[8, 9]] and raised.dtype == torch.int64
     # A time of day not seen since arrival: the present value persists.
     assert forecast("last_day", observed([0, 0, 0, 3, 4, 5], arrival=3), 3, o, 60).tolist() == [
         [5, 3, 4]]

@@ -280,7 +280,7 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
     without a solver)."""
     o = cfg.online
     if getattr(cfg, "solver", None) is not None:
-        cfg = copy.deepcopy(cfg)
+        cfg = _own_solver(cfg)
         cfg.solver.progress = False  # one progress bar per replan would flood the terminal
         cfg.solver.discount = o.discount
         # greedy's plan of a view wins there too often and loses online
@@ -299,7 +299,7 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         cfg.solver.deep_search_cells = 0  # a view's size never deepens a replan's search
     light = cfg  # the policy's cheap plan: at an arrival, between two full replans
     if getattr(cfg, "solver", None) is not None:
-        light = copy.deepcopy(cfg)
+        light = _own_solver(cfg)
         light.solver.rounding = "priority"  # no relaxation
         light.solver.local_search_iters = min(cfg.solver.local_search_iters,
                                               o.arrival_search_moves)
@@ -313,8 +313,17 @@ def without_relaxation(cfg: RunConfig) -> RunConfig:
     the priority-order builds and the last plan, the full replan's search."""
     if getattr(cfg, "solver", None) is None:
         return cfg
-    out = copy.deepcopy(cfg)
+    out = _own_solver(cfg)
     out.solver.rounding = "priority"
+    return out
+
+
+def _own_solver(cfg: RunConfig) -> RunConfig:
+    """A copy of `cfg` with a copy of its solver settings, for the loop to
+    change (a deep copy of the whole run's settings cost a millisecond a
+    run: most of a quiet week)."""
+    out = copy.copy(cfg)
+    out.solver = copy.copy(cfg.solver)
     return out
 
 

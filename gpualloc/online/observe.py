@@ -90,9 +90,11 @@ def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
         ahead = np.arange(1, steps + 1)  # (steps,)
         # The same time of day on the last observed day.
         src = tau + ahead - p * ((ahead + p - 1) // p)  # (steps,)
-        guess = h[:, np.maximum(src, 0)].astype(np.float64)  # (E, steps)
+        guess = h[:, np.maximum(src, 0)]  # (E, steps)
         unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
-        guess = np.where(unseen, h[:, tau:tau + 1].astype(np.float64), guess)
+        guess = np.where(unseen, h[:, tau:tau + 1], guess)
+        if cfg.headroom == 1.0:  # whole replicas: the rounding below leaves them as they are
+            return torch.from_numpy(guess.astype(np.int64, copy=False))
     elif method == "ewma":  # torch's arithmetic (alpha times a count in float32), as it was
         ht, at = obs.history, torch.from_numpy(arrival)
         level = ht[:, 0].double()
