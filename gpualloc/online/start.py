@@ -146,7 +146,10 @@ def between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
             # The last plan's placements of jobs not started, where still free: held.
             hint = last_plan(previous, index, t, s.J)
             started = [to_view[j] for j in committed.start if j in to_view]
-            hint[torch.isin(hint, torch.tensor(started, dtype=torch.long))] = IDLE
+            drop = np.zeros(len(index) + 1, dtype=np.bool_)  # IDLE: the spare last entry
+            drop[started] = True
+            cells = hint.numpy()  # hint's own cells
+            cells[drop[cells]] = IDLE
             sched = adopt(v, hint, o.discount)
         for j in priority_order(s, now_due) + priority_order(s, new + waiting):
             vj = to_view[j]
@@ -213,9 +216,12 @@ def _free_in_plan(owner: torch.Tensor, seg: Segments | None, first: int, k: int,
     later). A view between replans holds a preemptible job's last committed
     segment only (Committed), not an earlier one still to come in the
     window, which a start there would cut."""
-    cells = owner[first:first + k, t:end]
-    g, c = torch.nonzero(cells >= 0, as_tuple=True)
-    return not len(g) or (seg is not None and bool(seg.after_done[cells[g, c], t + c].all()))
+    cells = owner.numpy()[first:first + k, t:end]
+    held = cells >= 0
+    if not held.any():
+        return True
+    g, c = np.nonzero(held)
+    return seg is not None and bool(seg.after_done.numpy()[cells[g, c], t + c].all())
 
 
 def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: int) -> bool:
