@@ -576,3 +576,45 @@ def test_a_steps_service_is_the_best_of_the_ways_it_packs(s, data):
             assert len(gpus) % lay.gpus[j] == 0 and len(gpus) // lay.gpus[j] <= need[jobs.index(j)]
         values.append(float((lay.priority[got]).sum()))
     assert values[1] >= values[0] - 1e-9
+
+
+@given(scenarios(), st.data())
+@settings(max_examples=60, deadline=None)
+def test_starts_at_once_are_the_cores_best_fits_where_the_demand_still_fits(s, data):
+    # The compiled at-once starts (the online loop's arrivals) against the
+    # core's pieces called one by one: blocks.free_blocks on the runs of each
+    # job's own steps, blocks.fewest_left, and Hall's condition at every step.
+    from gpualloc.core import priority_order, service_order
+    from gpualloc.core.classes import hall_served, starts_at_once, unions
+
+    lay = layout(s)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    tau = int(rng.integers(0, s.T))
+    owner = rng.integers(-1, s.J, size=(s.G, s.T)) * (rng.random((s.G, s.T)) < 0.4)
+    owner[owner == 0] = -1 if rng.random() < 0.5 else 0
+    rigid = np.flatnonzero(lay.rigid & ~lay.unplaceable)
+    picked = rng.choice(rigid, size=min(len(rigid), int(rng.integers(0, 4))), replace=False)
+    jobs = np.array(priority_order(s, picked.tolist()), dtype=np.int64)
+    services = service_order(s)
+    need = rng.integers(0, 3, size=(len(services), s.T - tau))
+    subsets = unions(lay, services)
+    got = starts_at_once(lay, owner, tau, jobs, subsets, services, need)
+
+    busy = np.append(lay.rigid, False)[owner[:, tau:].T]  # (T - tau, G)
+    want = []
+    for j in jobs.tolist():
+        k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)
+        blocks = lay.blocks(j)
+        options = np.zeros(len(blocks), dtype=np.bool_)
+        if kb.free_blocks(kb.runs_of(busy[:length]), blocks, k, 0, length, options) == 0:
+            want = None
+            break
+        b = int(blocks[kb.fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
+        busy[:length, b:b + k] = True
+        want.append(b)
+    if want is not None and services:
+        if not (hall_served(lay, subsets, ~busy, services, need) == need).all():
+            want = None
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert got.tolist() == want

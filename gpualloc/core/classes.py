@@ -18,6 +18,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from gpualloc.core.blocks import fewest_left, free_blocks, update_columns
 from gpualloc.core.pack import fill, serve_best_fit
 
 
@@ -75,6 +76,15 @@ def _hall(subset_pools, gpu_pool, free, gpus, pool_ok, need, out):
                 for u in range(U):
                     if subset_pools[u, gpu_pool[g]]:
                         free_u[u, c] += 1
+    _hall_take(free_u, subset_pools, gpus, pool_ok, need, out)
+
+
+@njit(cache=True)
+def _hall_take(free_u, subset_pools, gpus, pool_ok, need, out):
+    """_hall's counts from the free GPUs of each union per column, free_u
+    (U, C), which they use up."""
+    U, P = subset_pools.shape
+    C = free_u.shape[1]
     holds = np.zeros(U, dtype=np.bool_)
     for i in range(gpus.shape[0]):
         for u in range(U):  # the unions holding job i's pool set
@@ -93,6 +103,77 @@ def _hall(subset_pools, gpu_pool, free, gpus, pool_ok, need, out):
             for u in range(U):
                 if holds[u]:
                     free_u[u, c] -= n * k
+
+
+def starts_at_once(lay, owner: np.ndarray, tau: int, jobs: np.ndarray, subset_pools: np.ndarray,
+                   services: np.ndarray, need: np.ndarray) -> np.ndarray | None:
+    """The rigid `jobs` (in order) started at tau in `owner` (G, T) (its
+    rigid cells hold their GPUs), each on the best-fit block free for its
+    whole run (blocks.fewest_left; runs cut at T), where `need` (E, T - tau)
+    replicas of `services` (in order of service) still fit beside them at
+    every step by Hall's condition (hall_served, over the unions
+    `subset_pools`). Their first GPUs, or None where any fails. One compiled
+    call: the online loop asks this at most arrivals (issue 28)."""
+    lengths = np.minimum(lay.duration[jobs], owner.shape[1] - tau)
+    first = np.zeros(len(jobs), dtype=np.int64)
+    services = np.asarray(services, dtype=np.int64)
+    ok = _starts_at_once(owner, tau, lay.rigid_cells, lay.gpus[jobs], lengths, lay.job_class[jobs],
+                         lay.class_ptr, lay.class_blocks, lay.gpu_node, lay.N, subset_pools,
+                         lay.gpu_pool, lay.gpus[services], lay.pool_ok[services],
+                         np.ascontiguousarray(need, dtype=np.int64), first)
+    return first if ok else None
+
+
+@njit(cache=True)
+def _starts_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_blocks,
+                    gpu_node, n_nodes, subset_pools, gpu_pool, service_gpus, service_pool_ok,
+                    need, first):
+    G, T = owner.shape
+    H = 0  # the steps the jobs' runs take
+    for i in range(lengths.shape[0]):
+        H = max(H, lengths[i])
+    busy = np.empty((H, G), dtype=np.bool_)
+    for g in range(G):
+        for c in range(H):
+            busy[c, g] = held[owner[g, tau + c]]
+    for i in range(gpus.shape[0]):
+        k, length, cls = gpus[i], lengths[i], job_class[i]
+        blocks = class_blocks[class_ptr[cls]:class_ptr[cls + 1]]
+        run = np.zeros((length + 1, G), dtype=np.int32)  # free runs of the job's own steps
+        update_columns(busy, run, 0, length)
+        options = np.zeros(blocks.shape[0], dtype=np.bool_)
+        if free_blocks(run, blocks, k, 0, length, options) == 0:
+            return False
+        b = blocks[fewest_left(busy, 0, blocks, options, gpu_node, n_nodes)]
+        for c in range(length):
+            for g in range(b, b + k):
+                busy[c, g] = True
+        first[i] = b
+    if service_gpus.shape[0] == 0:
+        return True
+    # Hall's condition at every step from tau: each union's free GPUs (_hall's
+    # count, read from the owner grid by GPU), less the new jobs' blocks.
+    U, L = subset_pools.shape[0], T - tau
+    free_u = np.zeros((U, L), dtype=np.int64)
+    for g in range(G):
+        for u in range(U):
+            if subset_pools[u, gpu_pool[g]]:
+                for c in range(L):
+                    if not held[owner[g, tau + c]]:
+                        free_u[u, c] += 1
+    for i in range(gpus.shape[0]):
+        for g in range(first[i], first[i] + gpus[i]):
+            for u in range(U):
+                if subset_pools[u, gpu_pool[g]]:
+                    for c in range(lengths[i]):
+                        free_u[u, c] -= 1
+    served = np.zeros(need.shape, dtype=np.int64)
+    _hall_take(free_u, subset_pools, service_gpus, service_pool_ok, need, served)
+    for e in range(need.shape[0]):
+        for c in range(L):
+            if served[e, c] != need[e, c]:
+                return False
+    return True
 
 
 def compatible_gpus(lay, jobs) -> np.ndarray:

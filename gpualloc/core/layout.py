@@ -8,6 +8,7 @@ packing read. Plans leave the core as PROBLEM.md's (G, T) owner grid.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -67,6 +68,17 @@ class Layout:
     @property
     def J(self) -> int:
         return len(self.gpus)
+
+    @cached_property
+    def services(self) -> np.ndarray:
+        """(E,) int64: the real-time services, in scenario order."""
+        return np.flatnonzero(~self.rigid)
+
+    @cached_property
+    def rigid_cells(self) -> np.ndarray:
+        """(J + 1,) bool: `rigid` indexed by an owner grid (IDLE: the spare
+        last entry, False)."""
+        return np.append(self.rigid, False)
 
     @property
     def N(self) -> int:

@@ -353,7 +353,7 @@ def _waiting(s: Scenario, tau: int, committed: Committed,
     lay = layout(s)
     open_ = (lay.arrival <= tau) & lay.rigid & ~lay.unplaceable
     started = np.zeros(s.J, dtype=np.bool_)
-    started[list(committed.start)] = True
+    started[np.fromiter(committed.start, dtype=np.int64, count=len(committed.start))] = True
     done = started & ~lay.preemptible
     if made is not None:
         done |= started & lay.preemptible & (np.asarray(made) >= lay.duration)
@@ -369,7 +369,7 @@ def _packed(s: Scenario, owner: torch.Tensor, steps: np.ndarray) -> np.ndarray:
     lay = layout(s)
     window = owner.numpy()[:, steps].T  # (R, G)
     out = np.full(window.shape, IDLE, dtype=np.int64)
-    services = np.flatnonzero(~lay.rigid)  # rigid jobs' demand rows are zero
+    services = lay.services  # rigid jobs' demand rows are zero
     jobs = service_order(s, services[lay.demand[services][:, steps].any(1)].tolist())
     if jobs:
         serve_steps(lay, out, window == IDLE, jobs, lay.demand[jobs][:, steps], by_class=True)

@@ -41,14 +41,15 @@ def visible(s: Scenario, tau: int, arrivals_known: bool = False,
     (a forecast without the thousands of rigid jobs); `gone`: (J,) bool,
     rigid jobs the loop has seen finished, left out."""
     lay = layout(s)  # numpy: a view is built at most steps, and torch's small ops cost more
-    seen = lay.arrival <= tau
-    if arrivals_known:
-        seen = seen | lay.rigid
-    if services_only:
-        seen = seen & ~lay.rigid
-    if gone is not None:
-        seen = seen & ~(gone & lay.rigid)
-    arrived = np.flatnonzero(seen)
+    if services_only:  # a few services among thousands of rigid jobs
+        arrived = lay.services[lay.arrival[lay.services] <= tau]
+    else:
+        seen = lay.arrival <= tau
+        if arrivals_known:
+            seen = seen | lay.rigid
+        if gone is not None:
+            seen = seen & ~(gone & lay.rigid)
+        arrived = np.flatnonzero(seen)
     jobs = arrived.tolist()
     known = list(map(s.jobs.__getitem__, jobs))  # thousands of rigid jobs: no copy
     elastic = np.flatnonzero(~lay.rigid[arrived])

@@ -36,7 +36,7 @@ def serve(s: Scenario, replicas: np.ndarray | None, tau: int, stop: int, owner: 
         mine = (replicas == j) & (window == IDLE)  # (R, G)
         # The lowest planned blocks, up to demand.
         fill_elastic(lay, mine, window, [j], actual[j][None, :])
-    services = np.flatnonzero(~lay.rigid)  # rigid jobs' demand rows are zero
+    services = lay.services  # rigid jobs' demand rows are zero
     order = service_order(s, services[(lay.arrival[services] < stop)
                                       & (actual[services] > 0).any(1)].tolist())
     guaranteed = s.guaranteed.numpy()[:, tau:stop]  # (J, R)

@@ -12,8 +12,7 @@ import torch
 
 from gpualloc.config import OnlineConfig
 from gpualloc.core import priority_order, service_order
-from gpualloc.core.blocks import fewest_left, free_blocks, runs_of
-from gpualloc.core.classes import hall_served, unions
+from gpualloc.core.classes import hall_served, starts_at_once, unions
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -62,31 +61,19 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
     future = (oracle(obs, steps) if oracle is not None
               else forecast(o.forecast, obs, steps, o, s.step_minutes))
     services = obs.jobs
-    rows = torch.cat([obs.history[:, tau:tau + 1], future], 1).numpy()  # (E, T - tau)
+    rows = np.concatenate([obs.history.numpy()[:, tau:tau + 1], future.numpy()], 1)
     order = service_order(s, services)
-    demand = rows[[services.index(j) for j in order]]
-    subsets = unions(lay, order) if order else None
-    rigid = np.append(lay.rigid, False)  # IDLE: the spare last entry
-    busy = rigid[np.ascontiguousarray(owner.numpy()[:, tau:].T)]  # (T - tau, G) rigid work holds
-    starts = []
-    for j in priority_order(s, new.tolist()):
-        k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)
-        c = lay.job_class[j]
-        blocks = lay.class_blocks[lay.class_ptr[c]:lay.class_ptr[c + 1]]
-        options = np.zeros(len(blocks), dtype=np.bool_)
-        # Free for `length` steps from tau: the runs of those steps are enough.
-        free_blocks(runs_of(busy[:length]), blocks, k, 0, length, options)
-        if not options.any():
-            return False
-        first = int(blocks[fewest_left(busy, 0, blocks, options, lay.gpu_node, lay.N)])
-        busy[:length, first:first + k] = True
-        starts.append((j, first, length))
-    if order and not (hall_served(lay, subsets, ~busy, order, demand) == demand).all():
+    demand = rows[[services.index(j) for j in order]]  # (E, T - tau)
+    subsets = unions(lay, order)
+    jobs = np.array(priority_order(s, new.tolist()), dtype=np.int64)
+    first = starts_at_once(lay, owner.numpy(), tau, jobs, subsets, order, demand)
+    if first is None:
         return False
     grid = owner.numpy()  # owner's cells: numpy writes cost less than torch's
-    for j, first, length in starts:
-        grid[first:first + int(lay.gpus[j]), tau:tau + length] = j
-        committed.start[j], committed.end[j] = (tau, first), tau + length
+    for j, g0 in zip(jobs.tolist(), first.tolist()):
+        length = min(int(lay.duration[j]), s.T - tau)
+        grid[g0:g0 + int(lay.gpus[j]), tau:tau + length] = j
+        committed.start[j], committed.end[j] = (tau, g0), tau + length
     return True
 
 
