@@ -600,7 +600,7 @@ def test_starts_at_once_are_the_cores_best_fits_where_the_demand_still_fits(s, d
     subsets = unions(lay, services)
     got = starts_at_once(lay, owner, tau, jobs, subsets, services, need)
 
-    busy = np.append(lay.rigid, False)[owner[:, tau:].T]  # (T - tau, G)
+    busy = np.append(lay.rigid, False)[np.ascontiguousarray(owner[:, tau:].T)]  # (T - tau, G)
     want = []
     for j in jobs.tolist():
         k, length = int(lay.gpus[j]), min(int(lay.duration[j]), s.T - tau)

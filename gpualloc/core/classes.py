@@ -136,15 +136,16 @@ def _starts_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class
     for g in range(G):
         for c in range(H):
             busy[c, g] = held[owner[g, tau + c]]
+    now = np.int64(0)  # tau, as a row of busy (a literal 0 would compile the callees again)
     for i in range(gpus.shape[0]):
         k, length, cls = gpus[i], lengths[i], job_class[i]
         blocks = class_blocks[class_ptr[cls]:class_ptr[cls + 1]]
         run = np.zeros((length + 1, G), dtype=np.int32)  # free runs of the job's own steps
-        update_columns(busy, run, 0, length)
+        update_columns(busy, run, now, length)
         options = np.zeros(blocks.shape[0], dtype=np.bool_)
-        if free_blocks(run, blocks, k, 0, length, options) == 0:
+        if free_blocks(run, blocks, k, now, length, options) == 0:
             return False
-        b = blocks[fewest_left(busy, 0, blocks, options, gpu_node, n_nodes)]
+        b = blocks[fewest_left(busy, now, blocks, options, gpu_node, n_nodes)]
         for c in range(length):
             for g in range(b, b + k):
                 busy[c, g] = True
