@@ -93,6 +93,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     last_full = last_relaxed = None  # the steps of the last full replan, of the last relaxed one
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
+    services_memo = {}  # what the at-once starts read of each set of services (start_at_once)
 
     def window_end(t: int) -> int:
         """The end of the window from t: the next replan step, or an arrival."""
@@ -135,7 +136,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         arrivals_only = quiet and not idle and bool((s.arrival.numpy()[waiting] == tau).all())
         at_once = (arrivals_only and insertable
                    and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
-                                     owner))
+                                     owner, services_memo))
         if idle or at_once:
             skipped += idle
             inserted += at_once

@@ -42,7 +42,7 @@ def visible(s: Scenario, tau: int, arrivals_known: bool = False,
     rigid jobs the loop has seen finished, left out."""
     lay = layout(s)  # numpy: a view is built at most steps, and torch's small ops cost more
     if services_only:  # a few services among thousands of rigid jobs
-        arrived = lay.services[lay.arrival[lay.services] <= tau]
+        arrived = services_by(s, tau)
     else:
         seen = lay.arrival <= tau
         if arrivals_known:
@@ -56,10 +56,21 @@ def visible(s: Scenario, tau: int, arrivals_known: bool = False,
     for i in elastic.tolist():
         known[i] = copy_job(known[i], demand=list(known[i].demand[:tau + 1]))
     services = arrived[elastic]
-    # Scenario.demand's rows are zero before arrival: up to tau, the history.
-    history = torch.from_numpy(lay.demand[services, :tau + 1])  # (E, tau + 1) a copy
+    history = torch.from_numpy(observed_demand(s, services, tau))
     return Observation(tau=tau, jobs=jobs, known=known, history=history, services=services,
                        arrival=lay.arrival[services])
+
+
+def services_by(s: Scenario, tau: int) -> np.ndarray:
+    """(E,) int64: the real-time services arrived by tau, in scenario order."""
+    lay = layout(s)
+    return lay.services[lay.arrival[lay.services] <= tau]
+
+
+def observed_demand(s: Scenario, services: np.ndarray, tau: int) -> np.ndarray:
+    """(E, tau + 1) int64: the observed demand of `services` (arrived by tau),
+    zero before arrival (Scenario.demand's rows are): a copy."""
+    return layout(s).demand[services, :tau + 1]
 
 
 def copy_job(k: Job, **changes) -> Job:
@@ -83,40 +94,49 @@ def forecast(method: str, obs: Observation, steps: int, cfg: OnlineConfig,
              step_minutes: float) -> torch.Tensor:
     """(E, steps) int64: demand guessed for tau+1 .. tau+steps from the
     observed history only (not for oracle: see `Oracle`)."""
-    h = obs.history.numpy()  # (E, tau + 1)
-    tau = obs.tau
-    arrival = obs.arrival  # (E,)
+    return torch.from_numpy(guess(method, obs.history.numpy(), obs.tau, obs.arrival, steps, cfg,
+                                  step_minutes))
+
+
+def guess(method: str, h: np.ndarray, tau: int, arrival: np.ndarray, steps: int,
+          cfg: OnlineConfig, step_minutes: float) -> np.ndarray:
+    """`forecast` on arrays: `h` (E, tau + 1) the observed history of services
+    arriving at `arrival` (E,). The online loop's at-once starts ask this at
+    most arrivals without an Observation's copies of the jobs (issue 28)."""
     if method == "last_day":
         p = season(cfg, step_minutes)
         ahead = np.arange(1, steps + 1)  # (steps,)
         # The same time of day on the last observed day.
         src = tau + ahead - p * ((ahead + p - 1) // p)  # (steps,)
-        guess = h[:, np.maximum(src, 0)]  # (E, steps)
+        out = h[:, np.maximum(src, 0)]  # (E, steps)
         unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
-        guess = np.where(unseen, h[:, tau:tau + 1], guess)
+        out = np.where(unseen, h[:, tau:tau + 1], out)
         if cfg.headroom == 1.0:  # whole replicas: the rounding below leaves them as they are
-            return torch.from_numpy(guess.astype(np.int64, copy=False))
+            return out.astype(np.int64, copy=False)
     elif method == "ewma":  # torch's arithmetic (alpha times a count in float32), as it was
-        ht, at = obs.history, torch.from_numpy(arrival)
+        ht, at = torch.from_numpy(h), torch.from_numpy(arrival)
         level = ht[:, 0].double()
         for t in range(1, tau + 1):
             new = cfg.ewma_alpha * ht[:, t] + (1 - cfg.ewma_alpha) * level
             level = torch.where(t > at, new, ht[:, t].double())  # restarts at arrival
-        guess = level[:, None].expand(-1, steps).numpy()
+        out = level[:, None].expand(-1, steps).numpy()
     else:
         raise ScenarioError(f"online.forecast={method}: not a forecast from history")
-    return torch.from_numpy(np.maximum(np.ceil(guess * cfg.headroom - 1e-9), 0).astype(np.int64))
+    return np.maximum(np.ceil(out * cfg.headroom - 1e-9), 0).astype(np.int64)
 
 
 class Oracle:
     """The true future demand: the one forecaster handed the scenario."""
 
     def __init__(self, s: Scenario):
-        self._demand = s.demand  # (J, T)
+        self._demand = layout(s).demand  # (J, T)
 
     def __call__(self, obs: Observation, steps: int) -> torch.Tensor:
-        el = torch.from_numpy(obs.services)
-        return self._demand[el, obs.tau + 1: obs.tau + 1 + steps].reshape(len(el), steps)
+        return torch.from_numpy(self.ahead(obs.services, obs.tau, steps))
+
+    def ahead(self, services: np.ndarray, tau: int, steps: int) -> np.ndarray:
+        """(E, steps) int64: the demand of `services` at tau+1 .. tau+steps."""
+        return self._demand[services, tau + 1: tau + 1 + steps].reshape(len(services), steps)
 
 
 def expected_arrivals(obs: Observation, T: int, period: int) -> list[Job]:

@@ -17,7 +17,7 @@ from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import forecast, season, visible
+from gpualloc.online.observe import guess, observed_demand, season, services_by
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Segments, segments
 from gpualloc.scenario import Scenario, guaranteed_replicas
@@ -45,7 +45,7 @@ def progress_made(s: Scenario, committed: Committed, made) -> dict[int, int]:
 
 
 def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarray,
-                  committed: Committed, owner: torch.Tensor) -> bool:
+                  committed: Committed, owner: torch.Tensor, memo: dict) -> bool:
     """Start `new`, the rigid jobs arriving at tau, now, written into `owner`
     and `committed`, where they alone wait (the caller's test), each,
     highest priority first, finds a block free for its whole run (the best
@@ -54,17 +54,24 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
     step of the view by Hall's condition (exact for the 1-GPU replicas the
     caller allows). Then the view's priority-order build
     is this and ideal, so the allocator's replan returns it at once. False,
-    with nothing written, where any fails: the loop replans."""
+    with nothing written, where any fails: the loop replans. `memo`, the
+    caller's for the run: the services' order of service and unions, by the
+    set arrived (it changes only where a service arrives)."""
     lay = layout(s)
-    obs = visible(s, tau, services_only=True)
+    services = services_by(s, tau)  # what `visible` reads of them, without copies of the jobs
+    key = services.tobytes()
+    if key not in memo:
+        order = service_order(s, services)
+        rank = {j: i for i, j in enumerate(services.tolist())}
+        memo[key] = (order, np.array([rank[j] for j in order], dtype=np.int64),
+                     unions(lay, order))
+    order, at, subsets = memo[key]
+    history = observed_demand(s, services[at], tau)  # (E, tau + 1), in order of service
     steps = s.T - tau - 1
-    future = (oracle(obs, steps) if oracle is not None
-              else forecast(o.forecast, obs, steps, o, s.step_minutes))
-    services = obs.jobs
-    rows = np.concatenate([obs.history.numpy()[:, tau:tau + 1], future.numpy()], 1)
-    order = service_order(s, services)
-    demand = rows[[services.index(j) for j in order]]  # (E, T - tau)
-    subsets = unions(lay, order)
+    future = (oracle.ahead(services[at], tau, steps) if oracle is not None
+              else guess(o.forecast, history, tau, lay.arrival[services[at]], steps, o,
+                         s.step_minutes))
+    demand = np.concatenate([history[:, tau:tau + 1], future], 1)  # (E, T - tau)
     jobs = np.array(priority_order(s, new.tolist()), dtype=np.int64)
     first = starts_at_once(lay, owner.numpy(), tau, jobs, subsets, order, demand)
     if first is None:
