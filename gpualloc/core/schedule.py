@@ -319,7 +319,7 @@ def adopt(s: Scenario, owner: torch.Tensor, discount: float = 0.0,
     first = np.full(lay.J, sched.G, dtype=np.int64)
     np.minimum.at(start, j, t)
     np.minimum.at(first, j, g)
-    held = np.unique(j)
+    held = np.flatnonzero(start < sched.T)  # the jobs with a cell, as np.unique(j) at a pass's cost
     held = held[~sched.done[held] & (start[held] >= lay.arrival[held])]
     sched.occ.place_held(held, start[held], first[held], sched.guard.slack,
                          sched.guard.subset_pools)
