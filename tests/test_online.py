@@ -364,6 +364,40 @@ def test_forecasts():
     assert observed([1, 2]).known[0].demand == [1, 2]
 
 
+def test_the_at_once_starts_read_the_services_as_a_view_does():
+    # start_at_once reads the services' demand as arrays (no copies of the
+    # jobs); it must be the rows a view at tau has, in order of service.
+    from gpualloc.core import service_order
+    from gpualloc.core.layout import layout
+    from gpualloc.online.observe import Oracle
+    from gpualloc.online.start import services_known
+    import dataclasses
+    import gpualloc as ga
+    g = ga.generate("heterogeneous", seed=7, horizon=60)  # services in three pools
+    # Services arriving during the run (as on real traces): the memo's key changes.
+    jobs = [dataclasses.replace(k, arrival=(5 * i) % 40) if not k.rigid else k
+            for i, k in enumerate(g.jobs)]
+    s = Scenario(name="late services", horizon=g.T, step_minutes=60, pools=g.pools, jobs=jobs)
+    assert len({s.jobs[j].arrival for j in layout(s).services.tolist()}) > 2
+    settings = [(OnlineConfig(), None), (OnlineConfig(period_steps=12, headroom=1.5), None),
+                (OnlineConfig(forecast="ewma", ewma_alpha=0.3), None),
+                (OnlineConfig(forecast="oracle"), Oracle(s))]
+    for o, oracle in settings:
+        memo = {}
+        for tau in range(0, s.T - 1, 7):
+            obs = visible(s, tau, services_only=True)
+            rows = torch.cat([obs.history[:, tau:tau + 1],
+                              oracle(obs, s.T - tau - 1) if oracle is not None
+                              else forecast(o.forecast, obs, s.T - tau - 1, o, 60)], 1)
+            order = service_order(s, obs.jobs)
+            want = rows[[obs.jobs.index(j) for j in order]].numpy()
+            got_order, subsets, demand = services_known(s, o, oracle, tau, memo)
+            assert got_order == order and demand.dtype == np.int64
+            assert np.array_equal(demand, want), (o.forecast, tau)
+            assert subsets.shape[1] == len(s.pools)
+        assert len(memo) > 1
+
+
 def test_fifo_runs_unchanged_online():
     s = from_dict(scen_doc())
     assert torch.equal(run_policy("fifo", s, cfg("ewma", 2), "cpu").owner, fifo(s).owner)

@@ -54,24 +54,10 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
     step of the view by Hall's condition (exact for the 1-GPU replicas the
     caller allows). Then the view's priority-order build
     is this and ideal, so the allocator's replan returns it at once. False,
-    with nothing written, where any fails: the loop replans. `memo`, the
-    caller's for the run: the services' order of service and unions, by the
-    set arrived (it changes only where a service arrives)."""
+    with nothing written, where any fails: the loop replans. `memo`: the
+    caller's for the run (`services_known`)."""
     lay = layout(s)
-    services = services_by(s, tau)  # what `visible` reads of them, without copies of the jobs
-    key = services.tobytes()
-    if key not in memo:
-        order = service_order(s, services)
-        rank = {j: i for i, j in enumerate(services.tolist())}
-        memo[key] = (order, np.array([rank[j] for j in order], dtype=np.int64),
-                     unions(lay, order))
-    order, at, subsets = memo[key]
-    history = observed_demand(s, services[at], tau)  # (E, tau + 1), in order of service
-    steps = s.T - tau - 1
-    future = (oracle.ahead(services[at], tau, steps) if oracle is not None
-              else guess(o.forecast, history, tau, lay.arrival[services[at]], steps, o,
-                         s.step_minutes))
-    demand = np.concatenate([history[:, tau:tau + 1], future], 1)  # (E, T - tau)
+    order, subsets, demand = services_known(s, o, oracle, tau, memo)
     jobs = np.array(priority_order(s, new.tolist()), dtype=np.int64)
     first = starts_at_once(lay, owner.numpy(), tau, jobs, subsets, order, demand)
     if first is None:
@@ -82,6 +68,31 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
         grid[g0:g0 + int(lay.gpus[j]), tau:tau + length] = j
         committed.start[j], committed.end[j] = (tau, g0), tau + length
     return True
+
+
+def services_known(s: Scenario, o: OnlineConfig, oracle, tau: int,
+                   memo: dict) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The real-time services arrived by tau in order of service, the unions
+    of their pools, and their demand (E, T - tau): observed at tau, then
+    forecast, as a view at tau has them (`visible`, `forecast`), read as
+    arrays without the view's copies of the jobs. `memo`: the order and
+    unions by the set arrived (it changes only where a service arrives)."""
+    lay = layout(s)
+    services = services_by(s, tau)
+    key = services.tobytes()
+    if key not in memo:
+        order = service_order(s, services)
+        rank = {j: i for i, j in enumerate(services.tolist())}
+        memo[key] = (order, np.array([rank[j] for j in order], dtype=np.int64),
+                     unions(lay, order))
+    order, at, subsets = memo[key]
+    ordered = services[at]
+    history = observed_demand(s, ordered, tau)  # (E, tau + 1)
+    steps = s.T - tau - 1
+    future = (oracle.ahead(ordered, tau, steps) if oracle is not None
+              else guess(o.forecast, history, tau, lay.arrival[ordered], steps, o,
+                         s.step_minutes))
+    return order, subsets, np.concatenate([history[:, tau:tau + 1], future], 1)
 
 
 def between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
