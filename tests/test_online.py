@@ -744,6 +744,25 @@ def test_arrivals_where_nothing_waits_start_without_a_replan_as_the_allocator_wo
     assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner))
 
 
+def test_a_full_replan_that_rounds_the_relaxation_only_is_not_skipped_for_an_arrival():
+    """With solver.rounding=relaxed a full replan builds no priority-order
+    plan to return at once: it may start an arrival on another block of the
+    same value (`low_contention` seed 2 did), so the loop plans it; light
+    replans still start arrivals at once (their rounding is priority)."""
+    import gpualloc as ga
+
+    s = ga.generate("low_contention", seed=2)
+    allocator = POLICIES["allocator"]
+    for rounding in ("relaxed", "best"):
+        run = cfg(every=6)
+        run.solver.rounding = rounding
+        fast = online(s, allocator, run)
+        slow = online(s, lambda v, c, d: allocator(v, c, d), run)
+        assert fast.info["inserted"] > 0 and slow.info["inserted"] == 0
+        assert check(s, fast.owner).ok
+        assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner)), rounding
+
+
 @pytest.mark.parametrize("demand, inserted", [(2, 1), (4, 0)])
 def test_an_arrival_that_would_displace_forecast_demand_is_planned_not_inserted(demand,
                                                                                  inserted):
@@ -761,17 +780,23 @@ def test_an_arrival_that_would_displace_forecast_demand_is_planned_not_inserted(
         assert torch.nonzero((plan.owner == 2).any(0)).flatten().tolist() == [2, 3, 4]
 
 
-@settings(max_examples=40, deadline=None)
-@given(scenario_docs(max_horizon=12), st.integers(1, 3), st.sampled_from(FORECASTS))
+@settings(max_examples=60, deadline=None)
+@given(scenario_docs(max_horizon=12), st.integers(1, 3), st.sampled_from(FORECASTS),
+       st.sampled_from(["best", "relaxed", "priority"]))
 def test_arrivals_started_at_once_are_where_the_allocators_replan_starts_them(doc, every,
-                                                                            forecast_):
+                                                                            forecast_,
+                                                                            rounding):
     """Property: the arrivals the loop starts without a replan
     (Policy.starts_arrivals_at_once) leave the allocator's rigid cells as its
-    replans there would have them, on random scenarios and cadences."""
+    replans there would have them, on random scenarios, cadences and
+    roundings (a full replan that rounds the relaxation only builds no
+    priority-order plan to return at once)."""
     s = from_dict(doc)
     allocator = POLICIES["allocator"]
-    fast = online(s, allocator, cfg(forecast_, every))
-    slow = online(s, lambda v, c, d: allocator(v, c, d), cfg(forecast_, every))
+    run = cfg(forecast_, every)
+    run.solver.rounding = rounding
+    fast = online(s, allocator, run)
+    slow = online(s, lambda v, c, d: allocator(v, c, d), run)
     assert check(s, fast.owner).ok and slow.info["inserted"] == 0
     assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner))
 

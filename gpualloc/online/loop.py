@@ -135,6 +135,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         idle = quiet and not waiting.any()
         arrivals_only = quiet and not idle and bool((s.arrival.numpy()[waiting] == tau).all())
         at_once = (arrivals_only and insertable
+                   and (not full or _builds_priority_first(cfg if relaxed else unrelaxed))
                    and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
                                      owner, services_memo))
         if idle or at_once:
@@ -307,6 +308,16 @@ def replan_configs(cfg: RunConfig) -> tuple[RunConfig, RunConfig]:
         light.solver.local_search_anneal_iters = 0
         light.solver.local_search_patience = max(1, o.arrival_search_moves // 5)
     return cfg, light
+
+
+def _builds_priority_first(cfg: RunConfig) -> bool:
+    """Whether a replan with these settings makes the priority-order build
+    first and returns it where it is ideal: only then is an arrival started
+    at once (Policy.starts_arrivals_at_once) what that replan would start
+    (solver.rounding=relaxed rounds the relaxation only, and may pick
+    another block of the same value)."""
+    solver = getattr(cfg, "solver", None)
+    return solver is None or solver.rounding != "relaxed"
 
 
 def without_relaxation(cfg: RunConfig) -> RunConfig:
