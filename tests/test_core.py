@@ -534,6 +534,10 @@ def test_each_compiled_loop_compiles_once_per_array_type():
         api.online(s, name, replan_every=3)
         api.plan(s, name, mode="online", online={"replan_every": 1}, min_served=1.0,
                  preemptible=["training"], restart_cost=1)
+    # A light week: arrivals started at once, several steps' in turn (1-GPU replicas).
+    light = api.generate("low_contention", seed=0, horizon=48)
+    for forecast in ("last_day", "oracle"):
+        api.online(light, "allocator", replan_every=3, forecast=forecast)
     compiled = {id(fn): fn for name, module in list(sys.modules.items())
                 if name.startswith("gpualloc") for fn in vars(module).values()
                 if isinstance(fn, CPUDispatcher)}

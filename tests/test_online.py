@@ -219,10 +219,14 @@ def test_oracle_arrivals_are_seen_early_and_start_no_sooner():
         plan, views = run_online(s, "last_day", 1, policy=POLICIES["allocator"],
                                  arrivals=arrivals)
         assert check(s, plan.owner).ok
-        tau, v, index = views[0]
-        assert tau == 0 and [s.jobs[j].id for j in index] == (
-            ["long"] if arrivals == "none" else ["long", "urgent"])
-        if arrivals == "oracle":
+        if arrivals == "none":
+            # Only the long job is known at 0 and nothing else waits: the
+            # loop starts it at once, as the allocator's plan of that view
+            # would (Policy.starts_arrivals_at_once), and plans no view there.
+            assert plan.info["inserted"] >= 1 and all(tau > 0 for tau, *_ in views)
+        else:
+            tau, v, index = views[0]
+            assert tau == 0 and [s.jobs[j].id for j in index] == ["long", "urgent"]
             assert [k.arrival for k in v.jobs] == [0, 1]  # in the view's time, from its t
         value[arrivals] = float((s.priority[plan.owner[plan.owner >= 0]]).sum())
     offline = run_policy("allocator", s, RunConfig(), "cpu").owner
@@ -370,7 +374,7 @@ def test_the_at_once_starts_read_the_services_as_a_view_does():
     from gpualloc.core import service_order
     from gpualloc.core.layout import layout
     from gpualloc.online.observe import Oracle
-    from gpualloc.online.start import services_known
+    from gpualloc.online.start import known_rows, services_known
     import dataclasses
     import gpualloc as ga
     g = ga.generate("heterogeneous", seed=7, horizon=60)  # services in three pools
@@ -394,6 +398,13 @@ def test_the_at_once_starts_read_the_services_as_a_view_does():
             got_order, subsets, demand = services_known(s, o, oracle, tau, memo)
             assert got_order == order and demand.dtype == np.int64
             assert np.array_equal(demand, want), (o.forecast, tau)
+            if oracle is not None or o.forecast == "last_day" and o.headroom == 1.0:
+                # The rows the compiled chain of at-once starts computes (known_rows).
+                lay = layout(s)
+                rows = np.empty_like(want)
+                known_rows(lay.demand[order], tau, lay.arrival[order],
+                           o.period_steps or 24, oracle is not None, rows)
+                assert np.array_equal(rows, want), (o.forecast, tau)
             assert subsets.shape[1] == len(s.pools)
         assert len(memo) > 1
 
@@ -517,17 +528,20 @@ def test_policies_online_on_a_generated_scenario(name, forecast_):
     waiting = {t: any(j.rigid and j.arrival <= t and first[i] >= t for i, j in enumerate(s.jobs))
                for t in due}
     carries, expected = name == "greedy", []
+    # A policy that starts arrivals at once never carries: its first full
+    # replan is as quiet as the later ones.
+    at_once = getattr(ONLINE_POLICIES[name], "starts_arrivals_at_once", False)
     for t in due:
-        if waiting[t] or t % 6 == 0 and (carries or not any(x % 6 == 0 for x in expected)):
+        if waiting[t] or t % 6 == 0 and (carries or not at_once and not any(
+                x % 6 == 0 for x in expected)):
             expected.append(t)
-    # A policy that starts arrivals at once (Policy.starts_arrivals_at_once)
-    # plans no view at a light step where only the jobs arriving then wait,
-    # and each of them starts then.
+    # Such a policy plans no view at a step where only the jobs arriving
+    # then wait, and each of them starts then.
     inserted = sorted(set(expected) - set(taus))
     assert len(inserted) == plan.info["inserted"]
     assert taus == [t for t in expected if t not in inserted]
     for t in inserted:
-        assert ONLINE_POLICIES[name].starts_arrivals_at_once and t > 0
+        assert at_once
         assert all(first[i] == t for i, j in enumerate(s.jobs) if j.rigid and j.arrival == t)
         assert not any(j.rigid and j.arrival < t <= first[i] for i, j in enumerate(s.jobs))
     assert plan.info["skipped"] == len(due) - len(taus) - len(inserted)
@@ -763,19 +777,60 @@ def test_a_full_replan_that_rounds_the_relaxation_only_is_not_skipped_for_an_arr
         assert torch.equal(_rigid_cells(s, fast.owner), _rigid_cells(s, slow.owner)), rounding
 
 
-@pytest.mark.parametrize("demand, inserted", [(2, 1), (4, 0)])
+@pytest.mark.parametrize("forecast_, every", [("last_day", 6), ("last_day", 1), ("oracle", 6)])
+def test_arrivals_started_in_turn_are_those_started_one_step_at_a_time(forecast_, every,
+                                                                       monkeypatch):
+    """The loop tries the arrivals of the steps after an at-once start in one
+    call (start.starts_in_turn), up to the first that does not start or a
+    service's arrival: the plan and its counts are those of trying each step
+    on its own (the call switched off). A lightly loaded week whose services
+    arrive during the run (each arrival ends a chain), their demand raised so
+    that some arrivals do not fit beside it (and end a chain too)."""
+    import dataclasses
+
+    import gpualloc as ga
+    import gpualloc.online.loop as loop
+
+    g = ga.generate("low_contention", seed=3)
+    jobs = [dataclasses.replace(k, arrival=20 * i, demand=[3 * d for d in k.demand])
+            for i, k in enumerate(j for j in g.jobs if not j.rigid)]
+    jobs += [k for k in g.jobs if k.rigid]
+    s = Scenario(name="late services", horizon=g.T, step_minutes=60, pools=g.pools, jobs=jobs)
+    calls = []
+    real = loop.starts_in_turn
+
+    def counted(*a, **k):
+        calls.append(real(*a, **k))
+        return calls[-1]
+
+    monkeypatch.setattr(loop, "starts_in_turn", counted)
+    chained = online(s, POLICIES["allocator"], cfg(forecast_, every))
+    assert sum(calls) > 10 and len(calls) >= 3  # chains ended by services and by failures
+    monkeypatch.setattr(loop, "starts_in_turn", lambda *a, **k: 0)
+    alone = online(s, POLICIES["allocator"], cfg(forecast_, every))
+    assert check(s, chained.owner).ok
+    assert torch.equal(chained.owner, alone.owner)
+    assert chained.info == alone.info
+    assert chained.info["replans"] + chained.info["arrival_replans"] > 0  # some did not fit
+
+
+@pytest.mark.parametrize("demand, inserted", [(2, True), (4, False)])
 def test_an_arrival_that_would_displace_forecast_demand_is_planned_not_inserted(demand,
                                                                                  inserted):
     """One node of 8: a service of `demand` 1-GPU replicas, a 4-GPU job from
-    step 0 and a 2-GPU job arriving at 2, nothing waiting then. Beside 2
-    replicas it starts at once; beside 4 it would take GPUs the forecast
-    demand wants, so the allocator plans the view (its plan may still start
-    it there, displacing demand, where that is worth more)."""
+    step 0 (started at once beside them either way) and a 2-GPU job arriving
+    at 2, nothing waiting then. Beside 2 replicas it starts at once; beside 4
+    it would take GPUs the forecast demand wants, so the allocator plans the
+    view (its plan may still start it there, displacing demand, where that
+    is worth more)."""
     s = one_node(8, [elastic("svc", 1, [demand] * 8, priority=1),
                      rigid("a", 4, 8, priority=5), rigid("b", 2, 3, arrival=2, priority=5)])
-    plan = online(s, POLICIES["allocator"], cfg(every=6))
-    assert plan.info["inserted"] == inserted
+    taus = []
+    plan = online(s, POLICIES["allocator"], cfg(every=6), on_view=lambda t, *_: taus.append(t))
+    assert plan.info["inserted"] == 1 + inserted
+    assert taus == ([] if inserted else [2])
     assert check(s, plan.owner).ok
+    assert torch.nonzero((plan.owner == 1).any(0)).flatten().tolist() == list(range(8))
     if inserted:
         assert torch.nonzero((plan.owner == 2).any(0)).flatten().tolist() == [2, 3, 4]
 

@@ -117,17 +117,20 @@ def starts_at_once(lay, owner: np.ndarray, tau: int, jobs: np.ndarray, subset_po
     lengths = np.minimum(lay.duration[jobs], owner.shape[1] - tau)
     first = np.zeros(len(jobs), dtype=np.int64)
     services = np.asarray(services, dtype=np.int64)
-    ok = _starts_at_once(owner, tau, lay.rigid_cells, lay.gpus[jobs], lengths, lay.job_class[jobs],
-                         lay.class_ptr, lay.class_blocks, lay.gpu_node, lay.N, subset_pools,
-                         lay.gpu_pool, lay.gpus[services], lay.pool_ok[services],
-                         np.ascontiguousarray(need, dtype=np.int64), first)
+    ok = fits_at_once(owner, tau, lay.rigid_cells, lay.gpus[jobs], lengths, lay.job_class[jobs],
+                      lay.class_ptr, lay.class_blocks, lay.gpu_node, lay.N, subset_pools,
+                      lay.gpu_pool, lay.gpus[services], lay.pool_ok[services],
+                      np.ascontiguousarray(need, dtype=np.int64), first)
     return first if ok else None
 
 
 @njit(cache=True)
-def _starts_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_blocks,
-                    gpu_node, n_nodes, subset_pools, gpu_pool, service_gpus, service_pool_ok,
-                    need, first):
+def fits_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_blocks,
+                 gpu_node, n_nodes, subset_pools, gpu_pool, service_gpus, service_pool_ok,
+                 need, first):
+    """`starts_at_once`, compiled, on the layout's arrays of the jobs and
+    services (callers that start several steps' arrivals in turn call it in
+    their own loop): whether all fit, their first GPUs written into `first`."""
     G, T = owner.shape
     H = 0  # the steps the jobs' runs take
     for i in range(lengths.shape[0]):

@@ -3,18 +3,20 @@ replans; the starts decided at their own step are online/start.py's."""
 from __future__ import annotations
 
 import copy
+from bisect import bisect_left, bisect_right
 from typing import Callable
 
 import numpy as np
 import torch
 
 from gpualloc.config import RunConfig
-from gpualloc.core import fixed_jobs, service_order
+from gpualloc.core import fixed_jobs, priority_order, service_order
 from gpualloc.core.classes import serve_steps
 from gpualloc.core.layout import layout
 from gpualloc.online.observe import Oracle, season
 from gpualloc.online.serve import serve
-from gpualloc.online.start import between_replans, last_plan, progress_made, start_at_once
+from gpualloc.online.start import (between_replans, last_plan, progress_made, start_at_once,
+                                   starts_in_turn)
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
@@ -94,6 +96,22 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     carry = None  # what its plan carries to the light replans after it
     copies = {}  # the views' copies of jobs not started (online.view.view)
     services_memo = {}  # what the at-once starts read of each set of services (start_at_once)
+    # After an arrival started at once, the arrivals of the steps after it are
+    # tried in turn in one call (start.starts_in_turn), up to the first that
+    # does not start or a service's arrival: where each step's service waits
+    # for the end (no step's decision reads it) and the forecast is one the
+    # call computes. The loop then passes those steps as started.
+    chained: set[int] = set()
+    chains = (insertable and stretches and _builds_priority_first(cfg)
+              and (o.forecast == "oracle" or o.forecast == "last_day" and o.headroom == 1.0))
+    if chains:
+        lay = layout(s)
+        placeable = np.flatnonzero(lay.rigid & ~lay.unplaceable)
+        arrivals_at: dict[int, list[int]] = {}
+        for j in priority_order(s, placeable.tolist()):
+            arrivals_at.setdefault(int(lay.arrival[j]), []).append(j)
+        steps_ahead = sorted(t for t in arrives if t < s.T)
+        service_arrivals = np.unique(lay.arrival[lay.services])
 
     def window_end(t: int) -> int:
         """The end of the window from t: the next replan step, or an arrival."""
@@ -105,14 +123,16 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     def cadence(t: int) -> tuple[bool, bool, bool, bool]:
         """Whether the replan at t is periodic, full, relaxed; and quiet: not
         full, or the policy's last full plan carried nothing (it weighs
-        nothing at a full replan)."""
+        nothing at a full replan), or it never carries (a policy that starts
+        arrivals at once: its first full replan is quiet too)."""
         periodic = t % o.replan_every == 0
         full = (periodic and (last_full is None or o.full_every is None
                               or t - last_full >= o.full_every)
                 or not periodic and o.replan_on_arrival == "full")
         relaxed = full and (last_relaxed is None or o.relax_every is None
                             or t - last_relaxed >= o.relax_every)
-        return periodic, full, relaxed, not full or (last_full is not None and carry is None)
+        return periodic, full, relaxed, not full or (carry is None
+                                                     and (last_full is not None or insertable))
 
     tau = 0
     bar = progress_bar(total=s.T, desc=f"online {name}", unit="step", leave=False)
@@ -131,13 +151,26 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
         # start it (Policy.starts_arrivals_at_once). A full replan still runs
         # where the policy carries what it weighs there to the light replans
         # after it (greedy's variant).
-        waiting = _waiting(s, tau, committed, made_by_tau) if quiet else None
-        idle = quiet and not waiting.any()
-        arrivals_only = quiet and not idle and bool((s.arrival.numpy()[waiting] == tau).all())
-        at_once = (arrivals_only and insertable
-                   and (not full or _builds_priority_first(cfg if relaxed else unrelaxed))
-                   and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
-                                     owner, services_memo))
+        if tau in chained:  # its arrivals started by the chain (quiet: nothing else waits)
+            idle, at_once = not arrivals_at.get(tau), bool(arrivals_at.get(tau))
+        else:
+            waiting = _waiting(s, tau, committed, made_by_tau) if quiet else None
+            idle = quiet and not waiting.any()
+            arrivals_only = quiet and not idle and bool((s.arrival.numpy()[waiting] == tau).all())
+            at_once = (arrivals_only and insertable
+                       and (not full or _builds_priority_first(cfg if relaxed else unrelaxed))
+                       and start_at_once(s, o, oracle, tau, np.flatnonzero(waiting), committed,
+                                         owner, services_memo))
+            if at_once and chains:
+                # The steps after tau where rigid work arrives, while the services stay.
+                ahead = steps_ahead[bisect_right(steps_ahead, tau):]
+                later = service_arrivals[service_arrivals > tau]
+                if len(later):
+                    ahead = ahead[:bisect_left(ahead, int(later[0]))]
+                if ahead:
+                    done = starts_in_turn(s, o, oracle, ahead, arrivals_at, committed, owner,
+                                          services_memo)
+                    chained = set(ahead[:done])
         if idle or at_once:
             skipped += idle
             inserted += at_once

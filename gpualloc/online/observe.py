@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+from numba import njit
 
 from gpualloc.config import OnlineConfig
 from gpualloc.core.layout import layout
@@ -104,15 +105,11 @@ def guess(method: str, h: np.ndarray, tau: int, arrival: np.ndarray, steps: int,
     arriving at `arrival` (E,). The online loop's at-once starts ask this at
     most arrivals without an Observation's copies of the jobs (issue 28)."""
     if method == "last_day":
-        p = season(cfg, step_minutes)
-        ahead = np.arange(1, steps + 1)  # (steps,)
-        # The same time of day on the last observed day.
-        src = tau + ahead - p * ((ahead + p - 1) // p)  # (steps,)
-        out = h[:, np.maximum(src, 0)]  # (E, steps)
-        unseen = src[None, :] < arrival[:, None]  # that time of day not observed yet
-        out = np.where(unseen, h[:, tau:tau + 1], out)
+        out = np.empty((h.shape[0], steps), dtype=np.int64)
+        last_day(np.ascontiguousarray(h, dtype=np.int64), tau, np.asarray(arrival, dtype=np.int64),
+                 steps, season(cfg, step_minutes), out, 0)
         if cfg.headroom == 1.0:  # whole replicas: the rounding below leaves them as they are
-            return out.astype(np.int64, copy=False)
+            return out
     elif method == "ewma":  # torch's arithmetic (alpha times a count in float32), as it was
         ht, at = torch.from_numpy(h), torch.from_numpy(arrival)
         level = ht[:, 0].double()
@@ -123,6 +120,19 @@ def guess(method: str, h: np.ndarray, tau: int, arrival: np.ndarray, steps: int,
     else:
         raise ScenarioError(f"online.forecast={method}: not a forecast from history")
     return np.maximum(np.ceil(out * cfg.headroom - 1e-9), 0).astype(np.int64)
+
+
+@njit(cache=True)
+def last_day(h, tau, arrival, steps, period, out, col):
+    """`last_day`'s guesses for tau+1 .. tau+steps, written into out[:, col:col
+    + steps]: each service's demand at the same time of day on the last
+    observed day of `h` (E, > tau), or at tau where that time was not
+    observed since its `arrival` (E,). Compiled: the online loop's at-once
+    starts guess at most arrivals (issue 28)."""
+    for c in range(1, steps + 1):
+        src = tau + c - period * ((c + period - 1) // period)
+        for e in range(h.shape[0]):
+            out[e, col + c - 1] = h[e, tau] if src < arrival[e] else h[e, src]
 
 
 class Oracle:

@@ -9,15 +9,16 @@ from dataclasses import replace
 
 import numpy as np
 import torch
+from numba import njit
 
 from gpualloc.config import OnlineConfig
 from gpualloc.core import priority_order, service_order
-from gpualloc.core.classes import hall_served, starts_at_once, unions
+from gpualloc.core.classes import fits_at_once, hall_served, starts_at_once, unions
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
 from gpualloc.core.schedule import Schedule, adopt
-from gpualloc.online.observe import guess, observed_demand, season, services_by
+from gpualloc.online.observe import guess, last_day, observed_demand, season, services_by
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Segments, segments
 from gpualloc.scenario import Scenario, guaranteed_replicas
@@ -68,6 +69,83 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
         grid[g0:g0 + int(lay.gpus[j]), tau:tau + length] = j
         committed.start[j], committed.end[j] = (tau, g0), tau + length
     return True
+
+
+def starts_in_turn(s: Scenario, o: OnlineConfig, oracle, steps: list[int],
+                   arrivals: dict[int, list[int]], committed: Committed, owner: torch.Tensor,
+                   memo: dict) -> int:
+    """`start_at_once` at each of `steps` in turn (ascending), each written
+    before the next is tried, in one compiled call, up to the first that
+    fails: how many started (that one and those after: nothing written).
+    The caller's steps hold no replan (only their `arrivals`, in priority
+    order, wait at each, or nothing: an idle step) and the same services
+    (none arrives after the first); only for the forecasts computed there,
+    `last_day` at headroom 1.0 and the oracle. On a lightly loaded cluster
+    nearly every arrival starts so, and one call each cost more than the
+    allocator's offline plan (issue 28)."""
+    lay = layout(s)
+    order, subsets, _ = services_known(s, o, oracle, steps[0], memo)
+    ordered = np.asarray(order, dtype=np.int64)
+    jobs = [arrivals.get(t, []) for t in steps]
+    ptr = np.zeros(len(steps) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(j) for j in jobs])
+    flat = np.array([j for js in jobs for j in js], dtype=np.int64)
+    first = np.zeros(len(flat), dtype=np.int64)
+    done = _starts_in_turn(owner.numpy(), np.asarray(steps, dtype=np.int64), ptr, flat, first,
+                           lay.rigid_cells, lay.gpus, lay.duration, lay.job_class, lay.class_ptr,
+                           lay.class_blocks, lay.gpu_node, lay.N, subsets, lay.gpu_pool,
+                           lay.gpus[ordered], lay.pool_ok[ordered], lay.demand[ordered],
+                           lay.arrival[ordered], season(o, s.step_minutes), oracle is not None)
+    for i in range(done):
+        t = steps[i]
+        for j, g0 in zip(flat[ptr[i]:ptr[i + 1]].tolist(), first[ptr[i]:ptr[i + 1]].tolist()):
+            committed.start[j], committed.end[j] = (t, g0), t + min(int(lay.duration[j]), s.T - t)
+    return done
+
+
+@njit(cache=True)
+def _starts_in_turn(owner, steps, ptr, jobs, first, held, gpus, duration, job_class, class_ptr,
+                    class_blocks, gpu_node, n_nodes, subset_pools, gpu_pool, service_gpus,
+                    service_pool_ok, demand, arrival, period, oracle):
+    G, T = owner.shape
+    E = demand.shape[0]
+    for i in range(steps.shape[0]):
+        tau, lo, hi = steps[i], ptr[i], ptr[i + 1]
+        if hi == lo:
+            continue
+        need = np.empty((E, T - tau), dtype=np.int64)
+        known_rows(demand, tau, arrival, period, oracle, need)
+        mine = jobs[lo:hi]
+        lengths = np.minimum(duration[mine], T - tau)
+        at = np.zeros(hi - lo, dtype=np.int64)
+        if not fits_at_once(owner, tau, held, gpus[mine], lengths, job_class[mine], class_ptr,
+                            class_blocks, gpu_node, n_nodes, subset_pools, gpu_pool,
+                            service_gpus, service_pool_ok, need, at):
+            return i
+        for x in range(hi - lo):
+            first[lo + x] = at[x]
+            for g in range(at[x], at[x] + gpus[mine[x]]):
+                for c in range(tau, tau + lengths[x]):
+                    owner[g, c] = mine[x]
+    return steps.shape[0]
+
+
+@njit(cache=True)
+def known_rows(demand, tau, arrival, period, oracle, out):
+    """`services_known`'s demand rows (E, T - tau), written into `out`, from
+    the services' whole demand (E, T) in order of service, for the forecasts
+    `starts_in_turn` takes: the demand observed at tau, then `last_day`'s
+    guesses at headroom 1.0 (its reads stop at tau) or, `oracle`, the true
+    demand."""
+    T = demand.shape[1]
+    for e in range(demand.shape[0]):
+        out[e, 0] = demand[e, tau]
+    if oracle:
+        for e in range(demand.shape[0]):
+            for c in range(1, T - tau):
+                out[e, c] = demand[e, tau + c]
+    else:
+        last_day(demand, tau, arrival, T - tau - 1, period, out, np.int64(1))
 
 
 def services_known(s: Scenario, o: OnlineConfig, oracle, tau: int,

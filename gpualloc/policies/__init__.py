@@ -50,7 +50,9 @@ class Policy:
     arrival at once on the core's best-fit block free for the whole run (the
     allocator: its priority-order build, ideal there, is returned at once),
     so the loop starts such arrivals without planning the view
-    (online.start.start_at_once)."""
+    (online.start.start_at_once; several steps' in turn in one call,
+    starts_in_turn). Such a policy carries nothing from a full replan to the
+    light ones (Plan.info["carry"]): its first full replan may be skipped too."""
     reads_hint: bool = False
     """Online, it starts from the last replan's plan (Scenario.hint: the
     allocator's "previous" build); for the others the loop leaves it unset."""
