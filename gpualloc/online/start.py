@@ -65,10 +65,16 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
         return False
     grid = owner.numpy()  # owner's cells: numpy writes cost less than torch's
     for j, g0 in zip(jobs.tolist(), first.tolist()):
-        length = min(int(lay.duration[j]), s.T - tau)
-        grid[g0:g0 + int(lay.gpus[j]), tau:tau + length] = j
-        committed.start[j], committed.end[j] = (tau, g0), tau + length
+        grid[g0:g0 + int(lay.gpus[j]), tau:_started(s, committed, j, tau, g0)] = j
     return True
+
+
+def _started(s: Scenario, committed: Committed, j: int, t: int, first: int) -> int:
+    """Rigid job j committed as started at t on the block at `first`; the end
+    of its run (cut at the horizon)."""
+    end = min(t + int(layout(s).duration[j]), s.T)
+    committed.start[j], committed.end[j] = (t, first), end
+    return end
 
 
 def starts_in_turn(s: Scenario, o: OnlineConfig, oracle, steps: list[int],
@@ -84,7 +90,7 @@ def starts_in_turn(s: Scenario, o: OnlineConfig, oracle, steps: list[int],
     nearly every arrival starts so, and one call each cost more than the
     allocator's offline plan (issue 28)."""
     lay = layout(s)
-    order, subsets, _ = services_known(s, o, oracle, steps[0], memo)
+    order, _, subsets = _ordered(s, services_by(s, steps[0]), memo)
     ordered = np.asarray(order, dtype=np.int64)
     jobs = [arrivals.get(t, []) for t in steps]
     ptr = np.zeros(len(steps) + 1, dtype=np.int64)
@@ -97,9 +103,8 @@ def starts_in_turn(s: Scenario, o: OnlineConfig, oracle, steps: list[int],
                            lay.gpus[ordered], lay.pool_ok[ordered], lay.demand[ordered],
                            lay.arrival[ordered], season(o, s.step_minutes), oracle is not None)
     for i in range(done):
-        t = steps[i]
         for j, g0 in zip(flat[ptr[i]:ptr[i + 1]].tolist(), first[ptr[i]:ptr[i + 1]].tolist()):
-            committed.start[j], committed.end[j] = (t, g0), t + min(int(lay.duration[j]), s.T - t)
+            _started(s, committed, j, steps[i], g0)
     return done
 
 
@@ -157,13 +162,7 @@ def services_known(s: Scenario, o: OnlineConfig, oracle, tau: int,
     unions by the set arrived (it changes only where a service arrives)."""
     lay = layout(s)
     services = services_by(s, tau)
-    key = services.tobytes()
-    if key not in memo:
-        order = service_order(s, services)
-        rank = {j: i for i, j in enumerate(services.tolist())}
-        memo[key] = (order, np.array([rank[j] for j in order], dtype=np.int64),
-                     unions(lay, order))
-    order, at, subsets = memo[key]
+    order, at, subsets = _ordered(s, services, memo)
     ordered = services[at]
     history = observed_demand(s, ordered, tau)  # (E, tau + 1)
     steps = s.T - tau - 1
@@ -171,6 +170,19 @@ def services_known(s: Scenario, o: OnlineConfig, oracle, tau: int,
               else guess(o.forecast, history, tau, lay.arrival[ordered], steps, o,
                          s.step_minutes))
     return order, subsets, np.concatenate([history[:, tau:tau + 1], future], 1)
+
+
+def _ordered(s: Scenario, services: np.ndarray, memo: dict) -> tuple[list[int], np.ndarray,
+                                                                      np.ndarray]:
+    """`services` (scenario order) in order of service, the positions that
+    order them, and the unions of their pools: kept in `memo` by the set."""
+    key = services.tobytes()
+    if key not in memo:
+        order = service_order(s, services)
+        rank = {j: i for i, j in enumerate(services.tolist())}
+        memo[key] = (order, np.array([rank[j] for j in order], dtype=np.int64),
+                     unions(layout(s), order))
+    return memo[key]
 
 
 def between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
