@@ -129,9 +129,24 @@ def fits_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_bl
                  gpu_node, n_nodes, subset_pools, gpu_pool, service_gpus, service_pool_ok,
                  need, first):
     """`starts_at_once`, compiled, on the layout's arrays of the jobs and
-    services (callers that start several steps' arrivals in turn call it in
-    their own loop): whether all fit, their first GPUs written into `first`."""
-    G, T = owner.shape
+    services: whether all fit, their first GPUs written into `first`."""
+    if not blocks_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_blocks,
+                          gpu_node, n_nodes, first):
+        return False
+    if service_gpus.shape[0] == 0:
+        return True
+    free_u = union_free(owner, tau, held, subset_pools, gpu_pool)
+    take_blocks(free_u, np.int64(0), first, gpus, lengths, subset_pools, gpu_pool)
+    return all_served(free_u, subset_pools, service_gpus, service_pool_ok, need)
+
+
+@njit(cache=True)
+def blocks_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_blocks,
+                   gpu_node, n_nodes, first):
+    """`fits_at_once`'s blocks: each job in turn on the best-fit block free
+    for its whole run in `owner` and of the jobs before it, its first GPU
+    written into `first`; False where one has none."""
+    G = owner.shape[0]
     H = 0  # the steps the jobs' runs take
     for i in range(lengths.shape[0]):
         H = max(H, lengths[i])
@@ -153,28 +168,47 @@ def fits_at_once(owner, tau, held, gpus, lengths, job_class, class_ptr, class_bl
             for g in range(b, b + k):
                 busy[c, g] = True
         first[i] = b
-    if service_gpus.shape[0] == 0:
-        return True
-    # Hall's condition at every step from tau: each union's free GPUs (_hall's
-    # count, read from the owner grid by GPU), less the new jobs' blocks.
-    U, L = subset_pools.shape[0], T - tau
-    free_u = np.zeros((U, L), dtype=np.int64)
+    return True
+
+
+@njit(cache=True)
+def union_free(owner, tau, held, subset_pools, gpu_pool):
+    """(U, T - tau) int64: the GPUs of each union of `subset_pools` no rigid
+    cell of `owner` (G, T) holds, at each step from tau (_hall's count, read
+    from the grid by GPU)."""
+    G, T = owner.shape
+    U = subset_pools.shape[0]
+    free_u = np.zeros((U, T - tau), dtype=np.int64)
     for g in range(G):
         for u in range(U):
             if subset_pools[u, gpu_pool[g]]:
-                for c in range(L):
+                for c in range(T - tau):
                     if not held[owner[g, tau + c]]:
                         free_u[u, c] += 1
+    return free_u
+
+
+@njit(cache=True)
+def take_blocks(free_u, col, first, gpus, lengths, subset_pools, gpu_pool):
+    """The jobs' blocks (from `first`, each for its `lengths` steps) taken
+    from `free_u`, their first step at its column `col`."""
+    U = subset_pools.shape[0]
     for i in range(gpus.shape[0]):
         for g in range(first[i], first[i] + gpus[i]):
             for u in range(U):
                 if subset_pools[u, gpu_pool[g]]:
-                    for c in range(lengths[i]):
+                    for c in range(col, col + lengths[i]):
                         free_u[u, c] -= 1
+
+
+@njit(cache=True)
+def all_served(free_u, subset_pools, service_gpus, service_pool_ok, need):
+    """Whether Hall's condition admits all of `need` (E, C) at each column of
+    `free_u` (U, C), which it uses up."""
     served = np.zeros(need.shape, dtype=np.int64)
     _hall_take(free_u, subset_pools, service_gpus, service_pool_ok, need, served)
     for e in range(need.shape[0]):
-        for c in range(L):
+        for c in range(need.shape[1]):
             if served[e, c] != need[e, c]:
                 return False
     return True

@@ -13,7 +13,8 @@ from numba import njit
 
 from gpualloc.config import OnlineConfig
 from gpualloc.core import priority_order, service_order
-from gpualloc.core.classes import fits_at_once, hall_served, starts_at_once, unions
+from gpualloc.core.classes import (all_served, blocks_at_once, hall_served, starts_at_once,
+                                   take_blocks, union_free, unions)
 from gpualloc.core.footprint import worth_displacing
 from gpualloc.core.layout import layout
 from gpualloc.core.reclaim import guaranteed_short
@@ -63,17 +64,21 @@ def start_at_once(s: Scenario, o: OnlineConfig, oracle, tau: int, new: np.ndarra
     first = starts_at_once(lay, owner.numpy(), tau, jobs, subsets, order, demand)
     if first is None:
         return False
+    end = _started(s, committed, jobs, np.full(len(jobs), tau), first)
     grid = owner.numpy()  # owner's cells: numpy writes cost less than torch's
-    for j, g0 in zip(jobs.tolist(), first.tolist()):
-        grid[g0:g0 + int(lay.gpus[j]), tau:_started(s, committed, j, tau, g0)] = j
+    for j, g0, stop in zip(jobs.tolist(), first.tolist(), end.tolist()):
+        grid[g0:g0 + int(lay.gpus[j]), tau:stop] = j
     return True
 
 
-def _started(s: Scenario, committed: Committed, j: int, t: int, first: int) -> int:
-    """Rigid job j committed as started at t on the block at `first`; the end
-    of its run (cut at the horizon)."""
-    end = min(t + int(layout(s).duration[j]), s.T)
-    committed.start[j], committed.end[j] = (t, first), end
+def _started(s: Scenario, committed: Committed, jobs: np.ndarray, t: np.ndarray,
+             first: np.ndarray) -> np.ndarray:
+    """Rigid `jobs` committed as started at steps `t` on the blocks at
+    `first` (arrays alike); the ends of their runs (cut at the horizon)."""
+    end = np.minimum(t + layout(s).duration[jobs], s.T)
+    jobs = jobs.tolist()
+    committed.start.update(zip(jobs, zip(t.tolist(), first.tolist())))
+    committed.end.update(zip(jobs, end.tolist()))
     return end
 
 
@@ -102,9 +107,9 @@ def starts_in_turn(s: Scenario, o: OnlineConfig, oracle, steps: list[int],
                            lay.class_blocks, lay.gpu_node, lay.N, subsets, lay.gpu_pool,
                            lay.gpus[ordered], lay.pool_ok[ordered], lay.demand[ordered],
                            lay.arrival[ordered], season(o, s.step_minutes), oracle is not None)
-    for i in range(done):
-        for j, g0 in zip(flat[ptr[i]:ptr[i + 1]].tolist(), first[ptr[i]:ptr[i + 1]].tolist()):
-            _started(s, committed, j, steps[i], g0)
+    n = int(ptr[done])
+    _started(s, committed, flat[:n], np.repeat(np.asarray(steps[:done]), np.diff(ptr[:done + 1])),
+             first[:n])
     return done
 
 
@@ -114,19 +119,29 @@ def _starts_in_turn(owner, steps, ptr, jobs, first, held, gpus, duration, job_cl
                     service_pool_ok, demand, arrival, period, oracle):
     G, T = owner.shape
     E = demand.shape[0]
+    # The unions' free GPUs, read from the grid once: each start then takes
+    # its own cells from them (a step's check read every GPU of every later
+    # step: most of a light fortnight's run).
+    t0 = steps[0]
+    free_u = union_free(owner, t0, held, subset_pools, gpu_pool)
     for i in range(steps.shape[0]):
         tau, lo, hi = steps[i], ptr[i], ptr[i + 1]
         if hi == lo:
             continue
-        need = np.empty((E, T - tau), dtype=np.int64)
-        known_rows(demand, tau, arrival, period, oracle, need)
         mine = jobs[lo:hi]
         lengths = np.minimum(duration[mine], T - tau)
         at = np.zeros(hi - lo, dtype=np.int64)
-        if not fits_at_once(owner, tau, held, gpus[mine], lengths, job_class[mine], class_ptr,
-                            class_blocks, gpu_node, n_nodes, subset_pools, gpu_pool,
-                            service_gpus, service_pool_ok, need, at):
+        if not blocks_at_once(owner, tau, held, gpus[mine], lengths, job_class[mine],
+                              class_ptr, class_blocks, gpu_node, n_nodes, at):
             return i
+        if E > 0:
+            need = np.empty((E, T - tau), dtype=np.int64)
+            known_rows(demand, tau, arrival, period, oracle, need)
+            left = free_u[:, tau - t0:].copy()
+            take_blocks(left, np.int64(0), at, gpus[mine], lengths, subset_pools, gpu_pool)
+            if not all_served(left, subset_pools, service_gpus, service_pool_ok, need):
+                return i
+        take_blocks(free_u, tau - t0, at, gpus[mine], lengths, subset_pools, gpu_pool)
         for x in range(hi - lo):
             first[lo + x] = at[x]
             for g in range(at[x], at[x] + gpus[mine[x]]):
