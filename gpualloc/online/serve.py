@@ -31,9 +31,13 @@ def serve(s: Scenario, replicas: np.ndarray | None, tau: int, stop: int, owner: 
     R = stop - tau
     window = np.ascontiguousarray(owner[:, tau:stop].T.numpy())  # (R, G) a copy, written back below
     actual = lay.demand[:, tau:stop]  # (J, R) the present of each step, zero before arrival
-    # Each service's planned cells are its own: the order of services changes nothing.
-    for j in ([] if replicas is None else np.unique(replicas[replicas >= 0]).tolist()):
-        mine = (replicas == j) & (window == IDLE)  # (R, G)
+    # Each service's planned cells are its own: the order of services changes
+    # nothing, nor does one's fill free or take another's cells.
+    cells = (np.zeros(0, dtype=np.int64) if replicas is None
+             else np.bincount(replicas[replicas >= 0], minlength=s.J))  # per service
+    idle = window == IDLE
+    for j in np.flatnonzero(cells).tolist():
+        mine = (replicas == j) & idle  # (R, G)
         # The lowest planned blocks, up to demand.
         fill_elastic(lay, mine, window, [j], actual[j][None, :])
     services = lay.services  # rigid jobs' demand rows are zero
