@@ -15,8 +15,8 @@ from gpualloc.core.classes import serve_steps
 from gpualloc.core.layout import layout
 from gpualloc.online.observe import Oracle, season
 from gpualloc.online.serve import serve
-from gpualloc.online.start import (between_replans, last_plan, progress_made, start_at_once,
-                                   starts_in_turn)
+from gpualloc.online.start import (between_replans, forecast_known, last_plan, progress_made,
+                                   start_at_once, starts_in_turn)
 from gpualloc.online.view import Committed, view_at
 from gpualloc.plan import IDLE, Plan, Segments, empty_owner, segments
 from gpualloc.progress import bar as progress_bar
@@ -102,8 +102,7 @@ def _online(s: Scenario, policy: Policy, cfg: RunConfig, device: torch.device | 
     # for the end (no step's decision reads it) and the forecast is one the
     # call computes. The loop then passes those steps as started.
     chained: set[int] = set()
-    chains = (insertable and stretches and _builds_priority_first(cfg)
-              and (o.forecast == "oracle" or o.forecast == "last_day" and o.headroom == 1.0))
+    chains = insertable and stretches and _builds_priority_first(cfg) and forecast_known(o)
     if chains:
         lay = layout(s)
         placeable = np.flatnonzero(lay.rigid & ~lay.unplaceable)

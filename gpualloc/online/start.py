@@ -150,6 +150,13 @@ def _starts_in_turn(owner, steps, ptr, jobs, first, held, gpus, duration, job_cl
     return steps.shape[0]
 
 
+def forecast_known(o: OnlineConfig) -> bool:
+    """Whether `known_rows` computes o's forecast as a view has it (the
+    oracle's, and `last_day`'s at headroom 1.0): only then may the loop
+    start arrivals in turn (`starts_in_turn`)."""
+    return o.forecast == "oracle" or o.forecast == "last_day" and o.headroom == 1.0
+
+
 @njit(cache=True)
 def known_rows(demand, tau, arrival, period, oracle, out):
     """`services_known`'s demand rows (E, T - tau), written into `out`, from
