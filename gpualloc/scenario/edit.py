@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpualloc.scenario.io import from_dict
-from gpualloc.scenario.model import ELASTIC_KINDS, RIGID_KINDS, Scenario
+from gpualloc.scenario.model import ELASTIC_KINDS, RIGID_KINDS, Scenario, torch
 
 
 def with_min_served(s: Scenario, share: float) -> Scenario:
@@ -73,4 +73,13 @@ def with_cuts(s: Scenario, cuts: dict[int, int]) -> Scenario:
                             duration=min(job.restart_cost + length - kept, s.T - kept - 1)))
     out = Scenario(name=s.name, horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
                    jobs=jobs, fixed=fixed)
-    return out.share_cluster(s)  # the same cluster: online, at many replans
+    # Online, `s` is a view and this runs at many replans: the cluster's arrays
+    # and the jobs' are s's (a resumed copy's are its job's, but for what the
+    # copy changes), not built again from the job list.
+    out.share_cluster(s).share_jobs(s, list(range(s.J)) + list(cuts))
+    resumed = len(cuts)
+    out.__dict__["preemptible"] = torch.cat([s.preemptible, torch.zeros(resumed, dtype=torch.bool)])
+    out.__dict__["restart_cost"] = torch.cat([s.restart_cost,
+                                              torch.zeros(resumed, dtype=torch.long)])
+    out.__dict__["demand"] = torch.cat([s.demand, torch.zeros(resumed, s.T, dtype=torch.long)])
+    return out
