@@ -250,11 +250,12 @@ def _preempt(s: Scenario, owner: torch.Tensor, info: dict, cfg: SolverConfig,
         cuts = cuts_in(s, preemptive)
     elif "greedy_cuts" in rivals:  # the running jobs greedy's own way cuts
         cuts = rivals["greedy_cuts"](s)
+    after_cfg = dataclasses.replace(cfg, preempt=False) if cuts else cfg
     if cuts:  # all of greedy's cuts, and each alone (greedy cuts for itself, not for us)
-        options["greedy's cuts"] = _after_cuts(s, cuts, cfg, rivals)
+        options["greedy's cuts"] = _after_cuts(s, cuts, after_cfg, rivals)
     if len(cuts) > 1:
         for j, t in cuts.items():
-            options[f"greedy's cut of {s.jobs[j].id}"] = _after_cuts(s, {j: t}, cfg, rivals)
+            options[f"greedy's cut of {s.jobs[j].id}"] = _after_cuts(s, {j: t}, after_cfg, rivals)
     values = {}
     for name, plan in options.items():
         options[name], _ = fill_segments(s, plan)
@@ -270,9 +271,8 @@ def _after_cuts(s: Scenario, cuts: dict[int, int], cfg: SolverConfig,
     """The allocator's plan of `s` with these running jobs stopped at these
     steps: their fixed cells end there, and each comes back as a new job
     (its restore and the rest of its run, from the step after) that maps
-    back to it."""
-    plan = allocator(with_cuts(s, cuts), dataclasses.replace(cfg, preempt=False),
-                     rivals=rivals).owner
+    back to it; `cfg` with preemption off."""
+    plan = allocator(with_cuts(s, cuts), cfg, rivals=rivals).owner
     for i, j in enumerate(cuts):
         plan[plan == s.J + i] = j
     return plan
