@@ -21,7 +21,15 @@ from numba import njit
 from gpualloc.core.blocks import runs_in_nodes
 
 
-@njit(cache=True)
+# The column's packing runs once per service and column, and most calls take
+# little: numba's reference counts (an atomic increment and decrement per
+# array argument of every call) cost more than the scan did, measured at a
+# fifth of an online run. These three allocate nothing, so they run without
+# them (numba's `_nrt` option); their callers hold the arrays.
+NO_REFCOUNTS = dict(cache=True, _nrt=False)
+
+
+@njit(**NO_REFCOUNTS)
 def _take(free, owner, c, label, lo, hi, gpu_node, node_free, skip, step):
     for x in range(lo, hi):
         free[c, x] = False
@@ -33,7 +41,7 @@ def _take(free, owner, c, label, lo, hi, gpu_node, node_free, skip, step):
             owner[c, x] = label
 
 
-@njit(cache=True)
+@njit(**NO_REFCOUNTS)
 def _next_open(skip, x):
     """The first node at or after position x (node + 1) in scan order with a
     free GPU (0 or N + 1 past the ends), halving the paths walked."""
@@ -43,11 +51,12 @@ def _next_open(skip, x):
     return x
 
 
-@njit(cache=True)
-def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node_pool,
+@njit(**NO_REFCOUNTS)
+def pack_column(free, c, owner, label, k, n, pool_ok, row, node_first, node_end, node_pool,
                 pool_gpn, pool_nodes, high, gpu_node, node_free, skip):
     """Take up to n replicas of k GPUs in column c of `free` (C, G) bool,
-    restricted to pools with pool_ok (P,); taken GPUs become not free and, when
+    restricted to pools with pool_ok[row] (of an (E, P) table: no row view
+    made per call); taken GPUs become not free and, when
     label >= 0, owner[c, g] = label. Returns the replicas taken.
 
     node_free (N,): free GPUs per node of the column; skip (N + 2,): from
@@ -65,7 +74,7 @@ def pack_column(free, c, owner, label, k, n, pool_ok, node_first, node_end, node
     step = -1 if high else 1
     for pi in range(P):
         p = P - 1 - pi if high else pi
-        if not pool_ok[p]:
+        if not pool_ok[row, p]:
             continue
         gpn = pool_gpn[p]
         lo, hi = pool_nodes[p], pool_nodes[p + 1]
@@ -133,13 +142,10 @@ def fill(free, owner, jobs, need, gpus, pool_ok, node_first, node_end, node_pool
         for x in range(N):
             skip[x + 1] = x + 1 if node_free[x] > 0 else x + 1 + step
         for i in range(first[c], jobs.shape[0]):
-            if need[i, c] <= 0:
-                # pack_column takes nothing then; calling it costs an atomic
-                # increment and decrement per array argument (numba's
-                # refcounts), measured at a tenth of a guaranteed online run.
+            if need[i, c] <= 0:  # nothing to take: not even the call
                 served[i, c] = 0
                 continue
-            served[i, c] = pack_column(free, c, owner, jobs[i], gpus[i], need[i, c], pool_ok[i],
+            served[i, c] = pack_column(free, c, owner, jobs[i], gpus[i], need[i, c], pool_ok, i,
                                        node_first, node_end, node_pool, pool_gpn, pool_nodes,
                                        high, gpu_node, node_free, skip)
 
