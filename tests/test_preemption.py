@@ -566,6 +566,33 @@ def test_a_cut_at_the_first_step_leaves_only_the_resumed_job_to_plan():
     assert check(cut, plan).ok
 
 
+def test_a_cut_scenario_takes_its_views_arrays_as_its_jobs_would_give_them():
+    # with_cuts takes the view's cluster and job arrays (online it runs at
+    # many replans) instead of building them from its job list: the same
+    # arrays and blocks, the resumed copies' own (not preemptible, nothing
+    # to restore, no demand).
+    from gpualloc import generate
+    from gpualloc.scenario import Scenario, with_cuts, with_preemption
+
+    s = with_preemption(generate("mixed", seed=0), ["training"], 2)
+    training = [j for j, job in enumerate(s.jobs) if job.kind == "training"][:2]
+    fixed = torch.full((s.G, s.T), -1, dtype=torch.long)
+    first = 0
+    for j in training:  # running since before the view, on the lowest free GPUs
+        fixed[first:first + s.jobs[j].gpus, 0:5] = j
+        first += s.jobs[j].gpus
+    view = Scenario(name="view", horizon=s.T, step_minutes=s.step_minutes, pools=s.pools,
+                    jobs=s.jobs, fixed=fixed)
+    cut = with_cuts(view, {training[0]: 2, training[1]: 0})
+    built = Scenario(name=cut.name, horizon=cut.T, step_minutes=cut.step_minutes,
+                     pools=cut.pools, jobs=cut.jobs, fixed=cut.fixed)
+    assert cut.J == s.J + 2 and bool(s.preemptible[training].all())
+    for name in ("priority", "gpus", "rigid", "min_served", "preemptible", "restart_cost",
+                 "pool_compat", "unplaceable", "job_class", "demand", "arrival", "duration"):
+        assert torch.equal(getattr(cut, name), getattr(built, name)), name
+    assert [b.tolist() for b in cut.class_blocks] == [b.tolist() for b in built.class_blocks]
+
+
 @pytest.mark.parametrize("name,seed,later", [("training_heavy", 0, True),
                                              ("heterogeneous", 1, False), ("mixed", 2, True)])
 def test_greedys_cuts_of_running_jobs_are_those_of_its_own_whole_plan(name, seed, later):

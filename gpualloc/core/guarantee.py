@@ -437,8 +437,9 @@ def planning_fixed(s: Scenario) -> torch.Tensor | None:
     if not bool((s.min_served > 0).any()):
         return s.fixed
     # Packed once per scenario and fixed cells (online, greedy's cuts and the
-    # allocator plan the same view at each replan); callers copy it.
+    # allocator plan the same view at each replan); callers only read it.
     packed = s.__dict__.get("_planning_fixed")
     if packed is None or packed[0] is not s.fixed:
-        packed = s.__dict__["_planning_fixed"] = (s.fixed, owner_of(footprint(s, strict=s.fixed is None)))
+        grid = owner_of(footprint(s, strict=s.fixed is None))
+        packed = s.__dict__["_planning_fixed"] = (s.fixed, grid)
     return packed[1]
