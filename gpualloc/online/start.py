@@ -134,14 +134,14 @@ def _starts_in_turn(owner, steps, ptr, jobs, first, held, gpus, duration, job_cl
         if not blocks_at_once(owner, tau, held, gpus[mine], lengths, job_class[mine],
                               class_ptr, class_blocks, gpu_node, n_nodes, at):
             return i
+        # Taken before the check: where it fails, the call ends there.
+        take_blocks(free_u, tau - t0, at, gpus[mine], lengths, subset_pools, gpu_pool)
         if E > 0:
             need = np.empty((E, T - tau), dtype=np.int64)
             known_rows(demand, tau, arrival, period, oracle, need)
-            left = free_u[:, tau - t0:].copy()
-            take_blocks(left, np.int64(0), at, gpus[mine], lengths, subset_pools, gpu_pool)
-            if not all_served(left, subset_pools, service_gpus, service_pool_ok, need):
+            if not all_served(free_u[:, tau - t0:].copy(), subset_pools, service_gpus,
+                              service_pool_ok, need):
                 return i
-        take_blocks(free_u, tau - t0, at, gpus[mine], lengths, subset_pools, gpu_pool)
         for x in range(hi - lo):
             first[lo + x] = at[x]
             for g in range(at[x], at[x] + gpus[mine[x]]):
