@@ -12,7 +12,7 @@ from gpualloc.core import blocks as kb
 from gpualloc.core.guard import DemandGuard, guarded_find
 from gpualloc.core.layout import layout
 from gpualloc.core.occupancy import Occupancy
-from gpualloc.core.pack import fill_elastic
+from gpualloc.core.pack import NO_REFCOUNTS, fill_elastic, refcount_options
 from gpualloc.objective import value
 from gpualloc.scenario import from_dict
 from scenarios import every_block
@@ -168,6 +168,20 @@ def test_elastic_fill_of_several_jobs_is_one_after_the_other(c, ns, high):
             left, taken = ref_pack(left, blocks, k, n, high)
             assert served[i, t] == len(taken)
         assert (got_free[t] == left).all()
+
+
+def test_the_packing_runs_without_reference_counts_only_where_numba_has_the_option():
+    """`_nrt` has a leading underscore in numba: a numba without it gets the
+    plain options instead of a KeyError at the first call."""
+    class Without:
+        nopython = True
+
+    class With(Without):
+        _nrt = True
+
+    assert refcount_options(Without) == {"cache": True}
+    assert refcount_options(With) == {"cache": True, "_nrt": False}
+    assert NO_REFCOUNTS == refcount_options()  # this numba's
 
 
 @given(clusters(horizon=(2, 10)), st.data())

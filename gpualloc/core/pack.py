@@ -25,8 +25,21 @@ from gpualloc.core.blocks import runs_in_nodes
 # little: numba's reference counts (an atomic increment and decrement per
 # array argument of every call) cost more than the scan did, measured at a
 # fifth of an online run. These three allocate nothing, so they run without
-# them (numba's `_nrt` option); their callers hold the arrays.
-NO_REFCOUNTS = dict(cache=True, _nrt=False)
+# them (numba's `_nrt` option); their callers hold the arrays. The option's
+# name has a leading underscore: a numba without it gets the plain options
+# (the same results, slower), not an error at the first call.
+def refcount_options(options: type | None = None) -> dict:
+    """njit's options for a function that allocates nothing: without reference
+    counts where `options` (numba's CPU target options) knows `_nrt`."""
+    if options is None:
+        try:
+            from numba.core.cpu import CPUTargetOptions as options
+        except ImportError:  # moved: take the plain options
+            return dict(cache=True)
+    return dict(cache=True, _nrt=False) if hasattr(options, "_nrt") else dict(cache=True)
+
+
+NO_REFCOUNTS = refcount_options()
 
 
 @njit(**NO_REFCOUNTS)
