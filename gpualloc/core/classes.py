@@ -45,7 +45,9 @@ def _unions(masks: frozenset, P: int, max_subsets: int) -> np.ndarray:
     if len(subsets) > max_subsets:  # too many pools: the single masks and their union
         subsets = masks | {tuple(any(m[p] for m in masks) for p in range(P))}
     out = np.array(sorted(subsets), dtype=np.bool_).reshape(len(subsets), P)
-    out.flags.writeable = False  # shared by every caller
+    # Shared by every caller; and every array of unions the kernels take is
+    # readonly (numba compiles a kernel again for a writable one).
+    out.flags.writeable = False
     return out
 
 
@@ -354,6 +356,7 @@ def _write_replicas(row, picks, n_picks, jobs, gpus):
 
 _NO_OWNER = np.zeros((1, 1), dtype=np.int64)
 _NO_SUBSETS = np.zeros((0, 1), dtype=np.bool_)
+_NO_SUBSETS.flags.writeable = False  # as unions' are: one compiled kernel for both
 _NO_ORDER = np.zeros(0, dtype=np.int64)
 
 

@@ -66,6 +66,7 @@ class Occupancy:
         self.adopted = np.zeros(lay.J, dtype=np.bool_)  # running before planning began
         self._no_slack = np.zeros((0, lay.T), dtype=np.int64)  # no guard to follow
         self._no_pools = np.zeros((0, lay.P), dtype=np.bool_)
+        self._no_pools.flags.writeable = False  # as the guard's pools are: one compiled kernel
         if cuttable and lay.preemptible.any():  # no pass over the grid for nothing to adopt
             self._adopt_fixed()
 

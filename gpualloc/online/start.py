@@ -388,4 +388,5 @@ def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch
     stays[:, first:first + int(lay.gpus[j])] = True
     subsets = unions(lay, services)  # (U, P)
     subsets = np.ascontiguousarray(subsets[subsets[:, lay.gpu_pool[first]]])  # j's pool's
+    subsets.flags.writeable = False  # as unions' are: one compiled kernel for both
     return bool((hall_served(lay, subsets, ~stays, services, guaranteed) == guaranteed).all())

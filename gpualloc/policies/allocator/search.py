@@ -170,11 +170,6 @@ def _sample(rng, items, m):
 # ---- the walk ---------------------------------------------------------------------------
 
 @njit(cache=True)
-def _copy(dst, src):
-    dst[:] = src
-
-
-@njit(cache=True)
 def _same_row(a, b, t):
     for g in range(a.shape[1]):
         if a[t, g] != b[t, g]:
@@ -393,12 +388,12 @@ def _keep(ints, s_busy, s_owner, s_run, s_start, s_first, s_busy_gpus, s_slack, 
           k_busy, k_owner, k_run, k_start, k_first, k_busy_gpus, k_slack, k_value, k_used):
     """The snapshot becomes the kept plan."""
     ints[6] = 1
-    _copy(k_busy, s_busy)
-    _copy(k_owner, s_owner)
-    _copy(k_run, s_run)
-    _copy(k_start, s_start)
-    _copy(k_first, s_first)
-    _copy(k_busy_gpus, s_busy_gpus)
-    _copy(k_slack, s_slack)
-    _copy(k_value, s_value)
-    _copy(k_used, s_used)
+    k_busy[:] = s_busy
+    k_owner[:] = s_owner
+    k_run[:] = s_run
+    k_start[:] = s_start
+    k_first[:] = s_first
+    k_busy_gpus[:] = s_busy_gpus
+    k_slack[:] = s_slack
+    k_value[:] = s_value
+    k_used[:] = s_used
