@@ -3,6 +3,12 @@ and every start, written from PROBLEM.md's words only (no core code), on
 random small clusters and occupancies."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,6 +21,7 @@ from gpualloc.core.occupancy import Occupancy
 from gpualloc.core.pack import NO_REFCOUNTS, fill_elastic, refcount_options
 from gpualloc.objective import value
 from gpualloc.scenario import from_dict
+from helpers import plan_every_compiled_path
 from scenarios import every_block
 from strategies import scenarios
 
@@ -529,41 +536,44 @@ def test_footprint_repacks_from_the_first_service_on_a_block_as_a_full_repack(s,
 
 def test_each_compiled_loop_compiles_once_per_array_type():
     """Numba compiles a function again for each literal argument and each
-    array layout it meets (the first run's wait): after every policy offline
-    and online on a cluster of two GPU types (Hall's path), with and without
-    the guarantee (its footprint, reclaimed steps and start checks), no
-    compiled function of gpualloc was typed with a literal or a grid not
-    C-ordered."""
-    import sys
-
+    array layout it meets (the first run's wait): after every compiled path
+    (helpers.plan_every_compiled_path), no compiled function of gpualloc was
+    typed with a literal or a grid not C-ordered."""
     from numba.core import types
-    from numba.core.registry import CPUDispatcher
 
-    from gpualloc import api
-
-    s = api.generate("heterogeneous", seed=0, horizon=24)
-    for name in ("fifo", "backfill", "greedy", "allocator"):
-        api.plan(s, name)
-    for name in ("greedy", "allocator"):
-        api.online(s, name, replan_every=3)
-        api.plan(s, name, mode="online", online={"replan_every": 1}, min_served=1.0,
-                 preemptible=["training"], restart_cost=1)
-    # A light week: arrivals started at once, several steps' in turn (1-GPU replicas).
-    light = api.generate("low_contention", seed=0, horizon=48)
-    for forecast in ("last_day", "oracle"):
-        api.online(light, "allocator", replan_every=3, forecast=forecast)
-    compiled = {id(fn): fn for name, module in list(sys.modules.items())
-                if name.startswith("gpualloc") for fn in vars(module).values()
-                if isinstance(fn, CPUDispatcher)}
+    compiled = plan_every_compiled_path()
     assert len(compiled) > 20  # the core's loops, the search's, greedy's
     loose = []
-    for fn in compiled.values():
+    for fn in compiled:
         for sig in fn.signatures:
             for a in sig:
                 if isinstance(a, types.Literal) or (isinstance(a, types.Array)
                                                     and a.layout != "C"):
                     loose.append(f"{fn.py_func.__qualname__}: {a}")
     assert not loose, loose
+
+
+# Compiled twice, on purpose: the footprint's holder grid is int32 (memory at
+# scale), the other owners int64; `mark` takes None for a reservation.
+TWICE = {"gpualloc.core.pack.fill", "gpualloc.core.pack.pack_column", "gpualloc.core.pack._take",
+         "gpualloc.core.insert.mark"}
+
+
+def test_each_compiled_loop_compiles_once():
+    """A readonly array is a type of its own too, as is each dtype: after
+    every compiled path, in a process of its own (each test's arrays would
+    add their types), each compiled function of gpualloc was compiled once,
+    but the few compiled twice on purpose. (Loaded from numba's cache, a
+    function lists the types it was called with from Python only, not those
+    a compiled caller gave it: those show with an empty cache.)"""
+    script = ("import json, helpers\n"
+              "print(json.dumps(sorted(f'{fn.py_func.__module__}.{fn.py_func.__name__}'\n"
+              "    for fn in helpers.plan_every_compiled_path() if len(fn.signatures) > 1)))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, check=True)
+    twice = set(json.loads(out.stdout.splitlines()[-1]))
+    assert twice <= TWICE, f"compiled for more than one set of argument types: {twice - TWICE}"
 
 
 @given(scenarios(), st.data())

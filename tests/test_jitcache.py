@@ -1,5 +1,4 @@
 """gpualloc.jitcache: numba's cache dropped when a compiled source changes."""
-import json
 import os
 import subprocess
 import sys
@@ -92,38 +91,3 @@ def test_the_cache_is_dropped_only_when_a_compiled_source_changes(tmp_path, monk
     (tmp_path / "a.py").write_text("@njit(cache=True)\ndef f(): return 2\n")
     assert drop_stale(tmp_path) == 0  # numba caches elsewhere: left to it
 
-
-SPECIALIZATIONS = """
-import json, sys
-import gpualloc as ga
-from numba.core.registry import CPUDispatcher
-
-guarantee = dict(min_served=1.0, preemptible=["training"], restart_cost=1)
-for name in ("mixed", "heterogeneous"):
-    s = ga.generate(name, seed=0, horizon=36)
-    for policy in ("fifo", "greedy", "allocator"):
-        ga.plan(s, policy, seed=0)
-    for policy in ("greedy", "allocator"):
-        for settings in ({}, guarantee):
-            ga.plan(s, policy, seed=0, mode="online", online={"replan_every": 6}, **settings)
-print(json.dumps(sorted(
-    f"{module}.{name}" for module, m in list(sys.modules.items()) if module.startswith("gpualloc")
-    for name, fn in vars(m).items()
-    if isinstance(fn, CPUDispatcher) and fn.py_func.__module__ == module
-    and len(fn.signatures) > 1)))
-"""
-# Compiled twice, on purpose: the footprint's holder grid is int32 (memory at
-# scale), the other owners int64; `mark` takes None for a reservation.
-TWICE = {"gpualloc.core.pack.fill", "gpualloc.core.pack.pack_column", "gpualloc.core.pack._take",
-         "gpualloc.core.insert.mark"}
-
-
-def test_each_compiled_loop_compiles_once_for_the_policies_paths():
-    """Each compiled function costs seconds to compile per argument types
-    (a readonly array is another type): a user's first run pays for every
-    specialization. Offline and online, with the guarantee and preemption,
-    each is compiled once, but for the few compiled twice on purpose."""
-    out = subprocess.run([sys.executable, "-c", SPECIALIZATIONS], capture_output=True, text=True,
-                         check=True)
-    twice = set(json.loads(out.stdout.splitlines()[-1]))
-    assert twice <= TWICE, f"compiled for more than one set of argument types: {twice - TWICE}"
