@@ -554,9 +554,8 @@ def test_each_compiled_loop_compiles_once_per_array_type():
 
 
 # Compiled twice, on purpose: the footprint's holder grid is int32 (memory at
-# scale), the other owners int64; `mark` takes None for a reservation.
-TWICE = {"gpualloc.core.pack.fill", "gpualloc.core.pack.pack_column", "gpualloc.core.pack._take",
-         "gpualloc.core.insert.mark"}
+# scale), the other owners int64.
+TWICE = {"gpualloc.core.pack.fill", "gpualloc.core.pack.pack_column", "gpualloc.core.pack._take"}
 
 
 def test_each_compiled_loop_compiles_once():

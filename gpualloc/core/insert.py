@@ -169,13 +169,14 @@ def insert_serial(order, not_before, busy, busy_gpus, owner, run, start_of, firs
 
 
 @njit(cache=True)
-def mark(busy, busy_gpus, run, start, end, first, k, fixed):
-    """busy[start:end, first:first + k] = True (`fixed` None: a reservation
-    held) or fixed >= 0 there (freed, but for the cells decided before
-    planning), with its count per step and its free runs."""
+def mark(busy, busy_gpus, run, start, end, first, k, fixed, held):
+    """busy[start:end, first:first + k] = True (`held`: a reservation held)
+    or fixed >= 0 there (freed, but for the cells decided before planning),
+    with its count per step and its free runs. (A flag, not fixed=None: one
+    compiled function for both.)"""
     for t in range(start, end):
         for g in range(first, first + k):
-            new = True if fixed is None else fixed[t, g] >= 0
+            new = held or fixed[t, g] >= 0
             busy_gpus[t] += int(new) - int(busy[t, g])
             busy[t, g] = new
     update_runs(busy, run, first, first + k, end)
@@ -306,7 +307,8 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                     if at >= 0:
                         ghost_start, ghost_first, ghost_k = at, g, k
                         ghost_end = at + min(steps[j], T - at)
-                        mark(busy, busy_gpus, run, ghost_start, ghost_end, g, k, None)
+                        mark(busy, busy_gpus, run, ghost_start, ghost_end, g, k, fixed,
+                             np.bool_(True))
                         _take(slack, subset_pools, gpu_pool[g], ghost_start, ghost_end, k)
                         failed[:] = 1 << 30
                 held = ghost_start >= 0
@@ -318,7 +320,8 @@ def insert_parallel(jobs, rank, t, reserve, demand_aware, busy, busy_gpus, owner
                 kept += 1
         n_wait = kept
         if ghost_start >= 0:
-            mark(busy, busy_gpus, run, ghost_start, ghost_end, ghost_first, ghost_k, fixed)
+            mark(busy, busy_gpus, run, ghost_start, ghost_end, ghost_first, ghost_k, fixed,
+                 np.bool_(False))
             _take(slack, subset_pools, gpu_pool[ghost_first], ghost_start, ghost_end, -ghost_k)
         nt = T
         live = 0

@@ -106,8 +106,8 @@ class Occupancy:
         """The cells [start, end) x [first, first + k) busy (`held`) or as the
         fixed cells leave them, with their count per step and their free runs
         (gpualloc.core.insert.mark)."""
-        mark(self.busy, self.busy_gpus, self.run, start, end, first, k,
-             None if held else self.fixed)
+        mark(self.busy, self.busy_gpus, self.run, start, end, first, k, self.fixed,
+             np.bool_(held))
         self.version += 1
 
     def lengths(self, jobs: np.ndarray, start: int | np.ndarray) -> np.ndarray:
