@@ -90,4 +90,3 @@ def test_the_cache_is_dropped_only_when_a_compiled_source_changes(tmp_path, monk
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
     (tmp_path / "a.py").write_text("@njit(cache=True)\ndef f(): return 2\n")
     assert drop_stale(tmp_path) == 0  # numba caches elsewhere: left to it
-
