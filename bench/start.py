@@ -6,11 +6,19 @@ PYTHONPATH), each in a fresh interpreter, the two trees interleaved run by run
 so that both see the same load. `python -c pass` is the interpreter's floor.
 
     python -m bench.start --runs 15    # --before 571921c: the torch checker
+
+With --first-run, instead: a user's first `python -m gpualloc.run
++scenario=mixed`, each run with an empty numba cache of its own
+(NUMBA_CACHE_DIR), so it compiles the placement core (results stem
+`first_run`).
+
+    python -m bench.start --first-run --runs 3 --before 41b8726
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,13 +31,20 @@ from pathlib import Path
 from bench.common import ROOT, provenance, write_results
 
 
-def wall(argv: list[str], cwd: Path, pythonpath: str | None) -> float:
+def wall(argv: list[str], cwd: Path, pythonpath: str | None, cache: Path | None = None) -> float:
+    """Seconds `python argv` takes in a fresh interpreter; with `cache`, numba
+    caches there (made empty before, removed after: everything compiles)."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        env["NUMBA_CACHE_DIR"] = str(cache)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True)
     elapsed = time.perf_counter() - t0
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
     assert r.returncode in (0, 1), r.stderr.decode()[-500:]
     return elapsed
 
@@ -38,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="571921c", help="the commit to compare with")
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--first-run", action="store_true",
+                        help="time a first run of mixed from an empty numba cache instead")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     import gpualloc as ga
@@ -56,6 +73,10 @@ def main(argv: list[str] | None = None) -> None:
                  "import gpualloc.check": ["-c", "import gpualloc.check"],
                  "python -m gpualloc.check scenario.json plan.json":
                      ["-m", "gpualloc.check", "scenario.json", "plan.json"]}
+        if args.first_run:
+            cases = {"python -m gpualloc.run +scenario=mixed (empty numba cache)":
+                     ["-m", "gpualloc.run", "+scenario=mixed"]}
+        cache = tmp / "numba" if args.first_run else None
         load = [os.getloadavg()]
         times = {(case, tree): [] for case in cases for tree in ("before", "after")}
         for _ in range(args.runs):
@@ -63,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
                 for tree, path in (("before", str(before)), ("after", None)):
                     if case == "python -c pass" and tree == "before":
                         continue
-                    times[case, tree].append(wall(cmd, tmp, path))
+                    times[case, tree].append(wall(cmd, tmp, path, cache))
         load.append(os.getloadavg())
     result = provenance("bench.start", argv)
     result.update(before=args.before, runs=args.runs, scenario=f"mixed seed 0: G={s.G} T={s.T} J={s.J}",
@@ -80,15 +101,18 @@ def main(argv: list[str] | None = None) -> None:
         else:
             rows.append(f"| `{case}` | - | {med:.2f} ({min(a):.2f}) | - |")
     m = result["machine"]
+    title = ("A user's first run, compiling the placement core" if args.first_run
+             else "Start time of the commands that plan nothing")
     md = "\n".join([
-        "# Start time of the commands that plan nothing", "",
+        f"# {title}", "",
         f"`{result['command']}`, commit {result['commit']} against {args.before}, "
         f"{result['date']}; {m['cpu']}, {m['cores']} cores shared with other work: load average "
         f"(1, 5, 15 min) {load[0][0]:.1f}, {load[0][1]:.1f}, {load[0][2]:.1f} at the start, "
         f"{load[1][0]:.1f}, {load[1][1]:.1f}, {load[1][2]:.1f} at the end. Scenario "
-        f"{result['scenario']}, FIFO's plan; {args.runs} runs of each, fresh interpreters, "
+        f"{result['scenario']}" + ("" if args.first_run else ", FIFO's plan")
+        + f"; {args.runs} runs of each, fresh interpreters, "
         "the trees interleaved.", "", *rows, ""])
-    write_results(args.out, "start", result, md)
+    write_results(args.out, "first_run" if args.first_run else "start", result, md)
 
 
 if __name__ == "__main__":
