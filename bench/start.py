@@ -10,7 +10,8 @@ so that both see the same load. `python -c pass` is the interpreter's floor.
 With --first-run, instead: a user's first `python -m gpualloc.run
 +scenario=mixed`, each run with an empty numba cache of its own
 (NUMBA_CACHE_DIR), so it compiles the placement core (results stem
-`first_run`).
+`first_run`); and, for this tree only, the same run without the helpers
+that compile the later policies beside the first (`warm_helpers=0`).
 
     python -m bench.start --first-run --runs 3 --before 41b8726
 """
@@ -73,16 +74,22 @@ def main(argv: list[str] | None = None) -> None:
                  "import gpualloc.check": ["-c", "import gpualloc.check"],
                  "python -m gpualloc.check scenario.json plan.json":
                      ["-m", "gpualloc.check", "scenario.json", "plan.json"]}
+        after_only = {"python -c pass"}
         if args.first_run:
+            # The second without the helpers that compile the later policies
+            # beside the first ones (gpualloc.warm; a setting --before may lack).
             cases = {"python -m gpualloc.run +scenario=mixed (empty numba cache)":
-                     ["-m", "gpualloc.run", "+scenario=mixed"]}
+                     ["-m", "gpualloc.run", "+scenario=mixed"],
+                     "python -m gpualloc.run +scenario=mixed warm_helpers=0 (empty numba cache)":
+                     ["-m", "gpualloc.run", "+scenario=mixed", "warm_helpers=0"]}
+            after_only = {list(cases)[1]}
         cache = tmp / "numba" if args.first_run else None
         load = [os.getloadavg()]
         times = {(case, tree): [] for case in cases for tree in ("before", "after")}
         for _ in range(args.runs):
             for case, cmd in cases.items():
                 for tree, path in (("before", str(before)), ("after", None)):
-                    if case == "python -c pass" and tree == "before":
+                    if case in after_only and tree == "before":
                         continue
                     times[case, tree].append(wall(cmd, tmp, path, cache))
         load.append(os.getloadavg())

@@ -61,3 +61,26 @@ def drop_stale(root: Path = ROOT) -> int:
         return dropped
     except OSError:
         return 0
+
+
+def cold() -> bool:
+    """Whether numba's cache (wherever it is) holds none of the placement
+    core's compiled loops: this machine's first run, which compiles them
+    (gpualloc.progress tells; gpualloc.warm starts helpers). False where
+    numba's cache layout is not what this reads (it is not public)."""
+    try:
+        import importlib
+        import pkgutil
+
+        import gpualloc.core as core
+        from numba.core.registry import CPUDispatcher
+
+        cached = []
+        for info in pkgutil.iter_modules(core.__path__, "gpualloc.core."):
+            module = importlib.import_module(info.name)
+            cached += [os.path.exists(fn._cache._cache_file._index_path)
+                       for fn in vars(module).values()
+                       if isinstance(fn, CPUDispatcher) and fn._cache is not None]
+        return bool(cached) and not any(cached)
+    except Exception:  # noqa: BLE001 - a private layout: no answer, no harm
+        return False

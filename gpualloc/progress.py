@@ -51,22 +51,9 @@ def compile_notice(seconds: int = 50, stream: TextIO | None = None) -> bool:
     if _told:
         return False
     _told = True
-    try:
-        import importlib
-        import pkgutil
+    from gpualloc.jitcache import cold
 
-        import gpualloc.core as core
-        from numba.core.registry import CPUDispatcher
-
-        cached = []
-        for info in pkgutil.iter_modules(core.__path__, "gpualloc.core."):
-            module = importlib.import_module(info.name)
-            cached += [os.path.exists(fn._cache._cache_file._index_path)
-                       for fn in vars(module).values()
-                       if isinstance(fn, CPUDispatcher) and fn._cache is not None]
-        if not cached or any(cached):  # a run before compiled (most of) it
-            return False
-    except Exception:  # noqa: BLE001 - numba's cache layout is not public: no notice, no harm
+    if not cold():  # a run before compiled (most of) it
         return False
     print(f"compiling the placement core, once per machine, about {seconds} s ...",
           file=sys.stderr if stream is None else stream, flush=True)

@@ -21,7 +21,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gpualloc import progress
+from gpualloc import progress, warm
 from gpualloc import scenario as scenario_io
 from gpualloc.check import check
 from gpualloc.core.guarantee import check_guarantee
@@ -216,7 +216,9 @@ def main(dcfg: DictConfig) -> None:
         # Building the dataclasses checks every setting (gpualloc.config): a
         # bad one raises SettingError here, before any work.
         cfg: RunConfig = OmegaConf.to_object(dcfg)
-        result = run(cfg, out_dir)
+        # A sweep's launcher keeps the cores busy itself: no helpers there.
+        with warm.helpers(cfg, cold=False if multirun else None):
+            result = run(cfg, out_dir)
     except Exception as e:  # noqa: BLE001 - sorted below
         if multirun:
             # In a sweep, one failed run is recorded and the others go on.

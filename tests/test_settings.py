@@ -89,6 +89,7 @@ BAD = [
                               "quantization), [] or null"),
     ("preemptible=[training,realtime_inference]", "must be a list of rigid kinds"),
     ("restart_cost=-1", "must be an integer >= 0 or null"),
+    ("warm_helpers=-1", "must be an integer >= 0 or null"),
 ]
 
 # The generator's settings, on the mixed scenario (nothing is generated).

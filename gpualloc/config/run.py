@@ -47,6 +47,11 @@ class RunConfig:
     """restart_cost (timesteps a preemptible job restores after each
     preemption) of every preemptible job, over the scenario's values; null:
     each keeps its own (0 for a job made preemptible by `preemptible`)."""
+    warm_helpers: Optional[int] = None
+    """On a machine whose numba cache holds none of gpualloc's compiled loops
+    (its first run), helper processes that compile the later policies' loops
+    while the run plans the first ones (gpualloc.warm): at most this many;
+    null: one per spare CPU core; 0: none. Never in a sweep (-m)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -67,6 +72,7 @@ class RunConfig:
             r.fail("preemptible", f"must be a list of rigid kinds ({', '.join(RIGID_KINDS)}), "
                                   f"[] or null")
         r.number("restart_cost", "[0, inf)", integer=True, null=True)
+        r.number("warm_helpers", "[0, inf)", integer=True, null=True)
         # policies: gpualloc.run checks the names against the registry, which
         # lives with the policies (they import this module, not the reverse).
 
