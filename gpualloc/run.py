@@ -217,7 +217,7 @@ def main(dcfg: DictConfig) -> None:
         # bad one raises SettingError here, before any work.
         cfg: RunConfig = OmegaConf.to_object(dcfg)
         # A sweep's launcher keeps the cores busy itself: no helpers there.
-        with warm.helpers(cfg, cold=False if multirun else None):
+        with warm.helpers(cfg.warm_helpers, cold=False if multirun else None):
             result = run(cfg, out_dir)
     except Exception as e:  # noqa: BLE001 - sorted below
         if multirun:

@@ -42,3 +42,69 @@ def plan_every_compiled_path() -> list:
     return list({id(fn): fn for name, module in list(sys.modules.items())
                  if name.startswith("gpualloc") for fn in vars(module).values()
                  if isinstance(fn, CPUDispatcher)}.values())
+
+
+def kernel_calls(workload) -> list[tuple[str, str, tuple]]:
+    """(module, name, argument types) of each compiled function of gpualloc
+    that `workload()` calls from Python, once each, in the order first
+    called (numba's dispatcher types a call's arguments there, whether it
+    then compiles or loads from the cache)."""
+    import numba
+    from numba.core.dispatcher import Dispatcher
+
+    calls = {}
+    compile_for_args = Dispatcher._compile_for_args
+
+    def record(self, *args, **kws):
+        if self.py_func.__module__.startswith("gpualloc."):
+            key = (self.py_func.__module__, self.py_func.__name__,
+                   tuple(numba.typeof(a) for a in args))
+            calls.setdefault(key, None)
+        return compile_for_args(self, *args, **kws)
+
+    Dispatcher._compile_for_args = record
+    try:
+        workload()
+    finally:
+        Dispatcher._compile_for_args = compile_for_args
+    return list(calls)
+
+
+def default_run() -> None:
+    """The policies of a default `gpualloc.run` on a short `mixed`, offline."""
+    from gpualloc import api
+
+    s = api.generate("mixed", seed=0, horizon=48)
+    for name in ("fifo", "greedy", "allocator"):
+        api.plan(s, name)
+
+
+def warm_list() -> str:
+    """The source of gpualloc/warm_list.py: every compiled function of
+    gpualloc called from Python, with its argument types; those a default
+    run calls last first (they are the longest wait), then the others."""
+    import textwrap
+
+    from gpualloc.warm import encode
+
+    first = kernel_calls(default_run)
+    rest = [c for c in kernel_calls(plan_every_compiled_path) if c not in first]
+    rows = []
+    for module, name, types in [*reversed(first), *rest]:
+        lines = textwrap.wrap(" ".join(encode(t) for t in types), 84, break_long_words=False)
+        pieces = [line + " " for line in lines[:-1]] + lines[-1:]  # one string, cut into lines
+        rows.append(f"    ({module!r}, {name!r},"
+                    + "".join(f"\n     {piece!r}" for piece in pieces) + "),\n")
+    return f'"""{WARM_LIST_DOC}"""\n\nKERNELS = [\n{"".join(rows)}]\n'
+
+
+WARM_LIST_DOC = """The compiled functions gpualloc calls from Python, each with the argument
+types of its calls, in the order gpualloc.warm's helpers compile them: those
+a default run calls last first. Made by `python -m tests.helpers` (from the
+repository's root, in a fresh process); tests/test_warm.py checks it."""
+
+
+if __name__ == "__main__":
+    from pathlib import Path
+
+    (Path(__file__).resolve().parents[1] / "gpualloc" / "warm_list.py").write_text(warm_list())

@@ -49,9 +49,9 @@ class RunConfig:
     each keeps its own (0 for a job made preemptible by `preemptible`)."""
     warm_helpers: Optional[int] = None
     """On a machine whose numba cache holds none of gpualloc's compiled loops
-    (its first run), helper processes that compile the later policies' loops
-    while the run plans the first ones (gpualloc.warm): at most this many;
-    null: one per spare CPU core; 0: none. Never in a sweep (-m)."""
+    (its first run), helper processes that compile them beside the run, the
+    ones it needs last first (gpualloc.warm): at most this many; null: one
+    per spare CPU core; 0: none. Never in a sweep (-m)."""
 
     def __post_init__(self) -> None:
         self.validate()

@@ -56,10 +56,6 @@ class Policy:
     reads_hint: bool = False
     """Online, it starts from the last replan's plan (Scenario.hint: the
     allocator's "previous" build); for the others the loop leaves it unset."""
-    compiles: bool = True
-    """Most of its first run on a machine is numba compiling its loops, which
-    a helper may compile beside an earlier policy's run (gpualloc.warm);
-    exact's time is CP-SAT's search."""
     short_views: bool = False
     """Online, at a light replan (an arrival's, or between two full ones) it
     plans only the view's window, and each step from the steps before it
@@ -179,6 +175,5 @@ POLICIES: dict[str, Policy] = {
     "allocator": Policy(_allocator, starts_arrivals_at_once=True, reads_hint=True),
     "greedy": Policy(_greedy, short_views=True),
     "backfill": Policy(_backfill, short_views=True),
-    "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False,
-                    compiles=False),
+    "exact": Policy(_exact, refuses=_refuse_preemptible, places_guarantee_first=False),
 }
