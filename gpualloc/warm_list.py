@@ -48,7 +48,7 @@ KERNELS = [
     ('gpualloc.core.blocks', 'any_start',
      'int32[2C] int64[1C] int64 int64 int64 int64'),
     ('gpualloc.core.footprint', '_first_reaching',
-     'int32[2C] int64[2C] int64[2C] bool[1C] int64[1C] int64 int64[1C]'),
+     'int64[2C] int64[2C] int64[2C] bool[1C] int64[1C] int64 int64[1C]'),
     ('gpualloc.core.insert', 'mark',
      'bool[2C] int64[1C] int32[2C] int64 int64 int64 int64 int64[2C] bool'),
     ('gpualloc.core.blocks', 'earliest',
@@ -69,9 +69,6 @@ KERNELS = [
      'int32[2C] int64[1C] int64 int64'),
     ('gpualloc.core.blocks', 'settle_columns',
      'bool[2C] int32[2C] int64 int64 int64'),
-    ('gpualloc.core.pack', 'fill',
-     'bool[2C] int32[2C] int64[1C] int64[2C] int64[1C] bool[2C] int64[1C] int64[1C] '
-     'int64[1C] int64[1C] int64[1C] bool int64[2C] int64[1C] int64[1C]'),
     ('gpualloc.core.blocks', 'update_columns',
      'bool[2C] int32[2C] int64 int64'),
     ('gpualloc.policies.fifo', '_run_rigid',

@@ -47,8 +47,11 @@ def plan_every_compiled_path() -> list:
 def kernel_calls(workload) -> list[tuple[str, str, tuple]]:
     """(module, name, argument types) of each compiled function of gpualloc
     that `workload()` calls from Python, once each, in the order first
-    called (numba's dispatcher types a call's arguments there, whether it
-    then compiles or loads from the cache)."""
+    called: numba's dispatcher types a call's arguments where the function
+    has no code for them yet in this process, whether it then compiles or
+    loads from the cache. So in a fresh process whose numba cache holds the
+    workload's loops already (`warmed`): compiling a caller gives its
+    callees code without a call from Python."""
     import numba
     from numba.core.dispatcher import Dispatcher
 
@@ -104,7 +107,17 @@ a default run calls last first. Made by `python -m tests.helpers` (from the
 repository's root, in a fresh process); tests/test_warm.py checks it."""
 
 
+def warmed() -> None:
+    """Fill numba's cache with every loop the lists above see, in a process
+    of its own (kernel_calls' condition)."""
+    subprocess.run([sys.executable, "-c", "from tests.helpers import default_run, "
+                    "plan_every_compiled_path as every; default_run(); every()"], check=True)
+
+
 if __name__ == "__main__":
     from pathlib import Path
 
+    if sys.argv[1:] != ["--warmed"]:  # write the list from a fresh process
+        warmed()
+        sys.exit(subprocess.run([sys.executable, "-m", "tests.helpers", "--warmed"]).returncode)
     (Path(__file__).resolve().parents[1] / "gpualloc" / "warm_list.py").write_text(warm_list())

@@ -51,7 +51,7 @@ class Footprint:
         # By priority only: the position (in the packing order) of the service
         # holding each footprint cell (E: none), and per stale column the
         # first service its re-pack redoes.
-        self.holder = np.full((T, G), E, dtype=np.int32) if self.subsets is None else None
+        self.holder = np.full((T, G), E, dtype=np.int64) if self.subsets is None else None
         self.positions = np.arange(E, dtype=np.int64)
         self.redo = np.zeros(T, dtype=np.int64)  # (T,)
         self.used = np.zeros(T, dtype=np.int64)  # (T,) GPUs the packed replicas hold per step
