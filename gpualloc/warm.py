@@ -5,10 +5,10 @@ on-disk cache, which processes share. Where that cache holds none of them yet
 (a user's first run), `gpualloc.run` compiles for about a minute on two
 cores, most of it the allocator's loops (its search, insertion and
 relaxation), which a default run calls last. So on such a machine the run
-starts helpers beside itself, at most one per spare core: they compile the
-functions gpualloc calls from Python, each for the argument types of its
-calls (`gpualloc.warm_list`: the ones a default run calls last first), and
-what they compile goes to the cache. A function the run reaches after a
+starts helpers beside itself, one per spare core (at most MOST): they
+compile the functions gpualloc calls from Python, each for the argument
+types of its calls (`gpualloc.warm_list`: the ones a default run calls last
+first), and what they compile goes to the cache. A function the run reaches after a
 helper compiled it loads from there; one a helper is still compiling, the
 run compiles itself. The run's plans never depend on the helpers (the same
 code either way); they are stopped when the run ends.
@@ -16,11 +16,19 @@ code either way); they are stopped when the run ends.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
+import json
 import os
+import subprocess
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from numba.core import types
+
+MOST = 4
+"""Helpers by default at most: each holds about 430 MB while it compiles
+(measured, torch and numba imported), and the list's long compiles are its
+first few."""
 
 
 def encode(t) -> str:
@@ -47,45 +55,54 @@ def decode(word: str):
 @contextmanager
 def helpers(most: int | None, cold: bool | None = None, kernels: list | None = None):
     """Helper processes for the block, at most `most` (None: one per spare
-    core), compiling `kernels` (default gpualloc.warm_list's) dealt out in
+    core, at most MOST), compiling `kernels` (default gpualloc.warm_list's) dealt out in
     turn, so that each starts with one of the first: started where numba's
     cache is `cold` (default: gpualloc.jitcache.cold()), stopped when the
-    block ends."""
+    block ends. Each is `python -m gpualloc.warm`, its share on stdin."""
     from gpualloc.jitcache import cold as cache_cold
     from gpualloc.warm_list import KERNELS
 
     kernels = KERNELS if kernels is None else kernels
-    n = min((os.cpu_count() or 1) - 1 if most is None else most, len(kernels))
+    n = min(min((os.cpu_count() or 1) - 1, MOST) if most is None else most, len(kernels))
     if n <= 0 or not (cache_cold() if cold is None else cold):
         yield []
         return
-    # spawn: a fresh interpreter, never a fork of a process with torch's and
-    # numba's threads running.
-    context = multiprocessing.get_context("spawn")
-    procs = [context.Process(target=compile_all, args=(kernels[i::n],), daemon=True,
-                             name=f"gpualloc-warm-{i}") for i in range(n)]
+    # The gpualloc this process runs, whatever put it on the path.
+    path = os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                            os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    procs = []
     try:
-        for p in procs:
-            p.start()
+        for i in range(n):
+            p = subprocess.Popen([sys.executable, "-m", "gpualloc.warm"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path})
+            procs.append(p)
+            p.stdin.write(json.dumps(kernels[i::n]).encode())
+            p.stdin.close()
         yield procs
     finally:
         for p in procs:
-            if p.is_alive():
+            if p.poll() is None:
                 p.terminate()
         for p in procs:
-            p.join(5)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
-def compile_all(share: list[tuple[str, str, str]]) -> None:
-    """A helper: compile each (module, function, argument words) of `share`
-    into numba's cache, nothing printed. A function that fails to compile
-    (or is gone) is the run's to report, not the helper's."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+def compile_all(share: list) -> None:
+    """A helper: compile each [module, function, argument words] of `share`
+    into numba's cache. A function that fails to compile (or is gone) is the
+    run's to report, not the helper's."""
     for module, name, words in share:
         try:
             fn = getattr(importlib.import_module(module), name)
             fn.compile(tuple(decode(w) for w in words.split()))
         except Exception:  # noqa: BLE001 - see the docstring
             pass
+
+
+if __name__ == "__main__":
+    compile_all(json.load(sys.stdin))

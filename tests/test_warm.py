@@ -88,8 +88,7 @@ def test_what_a_helper_compiled_the_run_loads_from_the_cache(tmp_path):
         assert cold()
         with warm.helpers(1, kernels=[({module!r}, {name!r}, {words!r})]) as procs:
             assert len(procs) == 1
-            procs[0].join(600)
-            assert procs[0].exitcode == 0
+            assert procs[0].wait(600) == 0
         args = []
         for word in {words!r}.split():
             t = warm.decode(word)

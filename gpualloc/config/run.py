@@ -51,7 +51,8 @@ class RunConfig:
     """On a machine whose numba cache holds none of gpualloc's compiled loops
     (its first run), helper processes that compile them beside the run, the
     ones it needs last first (gpualloc.warm): at most this many; null: one
-    per spare CPU core; 0: none. Never in a sweep (-m)."""
+    per spare CPU core, at most 4 (each holds about 430 MB while it
+    compiles); 0: none. Never in a sweep (-m)."""
 
     def __post_init__(self) -> None:
         self.validate()
