@@ -11,7 +11,7 @@ With --first-run, instead: a user's first `python -m gpualloc.run
 +scenario=mixed`, each run with an empty numba cache of its own
 (NUMBA_CACHE_DIR), so it compiles the placement core (results stem
 `first_run`); and, for this tree only, the same run without the helpers
-that compile the later policies beside the first (`warm_helpers=0`).
+that compile gpualloc's loops beside it (`warm_helpers=0`).
 
     python -m bench.start --first-run --runs 3 --before 41b8726
 """
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
                      ["-m", "gpualloc.check", "scenario.json", "plan.json"]}
         after_only = {"python -c pass"}
         if args.first_run:
-            # The second without the helpers that compile the later policies
-            # beside the first ones (gpualloc.warm; a setting --before may lack).
+            # The second without the helpers that compile beside the run
+            # (gpualloc.warm; a setting --before may lack).
             cases = {"python -m gpualloc.run +scenario=mixed (empty numba cache)":
                      ["-m", "gpualloc.run", "+scenario=mixed"],
                      "python -m gpualloc.run +scenario=mixed warm_helpers=0 (empty numba cache)":

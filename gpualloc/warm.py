@@ -55,10 +55,10 @@ def decode(word: str):
 @contextmanager
 def helpers(most: int | None, cold: bool | None = None, kernels: list | None = None):
     """Helper processes for the block, at most `most` (None: one per spare
-    core, at most MOST), compiling `kernels` (default gpualloc.warm_list's) dealt out in
-    turn, so that each starts with one of the first: started where numba's
-    cache is `cold` (default: gpualloc.jitcache.cold()), stopped when the
-    block ends. Each is `python -m gpualloc.warm`, its share on stdin."""
+    core, at most MOST), compiling `kernels` (default gpualloc.warm_list's)
+    dealt out in turn, so that each starts with one of the first: started
+    where numba's cache is `cold` (default: gpualloc.jitcache.cold()),
+    stopped when the block ends. A helper that cannot start is left out."""
     from gpualloc.jitcache import cold as cache_cold
     from gpualloc.warm_list import KERNELS
 
@@ -67,18 +67,21 @@ def helpers(most: int | None, cold: bool | None = None, kernels: list | None = N
     if n <= 0 or not (cache_cold() if cold is None else cold):
         yield []
         return
-    # The gpualloc this process runs, whatever put it on the path.
-    path = os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                            os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # Each imports the gpualloc this process runs: the same path, and its
+    # folder last where nothing else finds it.
+    main = (f"import json, sys; sys.path.append({str(Path(__file__).resolve().parents[1])!r}); "
+            "from gpualloc.warm import compile_all; compile_all(json.load(sys.stdin))")
     procs = []
     try:
         for i in range(n):
-            p = subprocess.Popen([sys.executable, "-m", "gpualloc.warm"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path})
-            procs.append(p)
-            p.stdin.write(json.dumps(kernels[i::n]).encode())
-            p.stdin.close()
+            try:
+                p = subprocess.Popen([sys.executable, "-c", main], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                procs.append(p)
+                p.stdin.write(json.dumps(kernels[i::n]).encode())
+                p.stdin.close()
+            except OSError:  # it did not start, or ended at once: the run compiles
+                pass
         yield procs
     finally:
         for p in procs:
@@ -102,7 +105,3 @@ def compile_all(share: list) -> None:
             fn.compile(tuple(decode(w) for w in words.split()))
         except Exception:  # noqa: BLE001 - see the docstring
             pass
-
-
-if __name__ == "__main__":
-    compile_all(json.load(sys.stdin))
