@@ -1,5 +1,10 @@
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # CI runs on two slow cores: no deadline, a modest number of examples.
@@ -8,3 +13,14 @@ settings.register_profile("ci", max_examples=40, deadline=None,
 settings.register_profile("dev", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def every_path_report():
+    """tests/helpers.every_path_report from a fresh interpreter, made once
+    for the tests that read it (the compiled-once test, the warm list's)."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", "import json; from tests.helpers import "
+                          "every_path_report as r; print(json.dumps(r()))"],
+                         cwd=root, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])

@@ -73,6 +73,27 @@ def kernel_calls(workload) -> list[tuple[str, str, tuple]]:
     return list(calls)
 
 
+def every_path_report() -> dict:
+    """Over plan_every_compiled_path, in this process (a fresh one: each
+    test's arrays would add their types): "calls", what it calls from
+    Python (kernel_calls, as gpualloc.warm's words); "typed", every
+    (module, name, words) with code after it; "twice", the functions with
+    more than one set of argument types."""
+    from numba.core.registry import CPUDispatcher
+
+    from gpualloc.warm import encode
+
+    compiled = []
+    calls = kernel_calls(lambda: compiled.extend(plan_every_compiled_path()))
+    words = lambda types: " ".join(map(encode, types))  # noqa: E731
+    return {"calls": [[m, n, words(ts)] for m, n, ts in calls],
+            "typed": sorted([fn.py_func.__module__, fn.py_func.__name__, words(sig)]
+                            for fn in compiled if isinstance(fn, CPUDispatcher)
+                            for sig in fn.signatures),
+            "twice": sorted(f"{fn.py_func.__module__}.{fn.py_func.__name__}"
+                            for fn in compiled if len(fn.signatures) > 1)}
+
+
 def default_run() -> None:
     """The policies of a default `gpualloc.run` on a short `mixed`, offline."""
     from gpualloc import api

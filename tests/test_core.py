@@ -3,12 +3,6 @@ and every start, written from PROBLEM.md's words only (no core code), on
 random small clusters and occupancies."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -553,7 +547,7 @@ def test_each_compiled_loop_compiles_once_per_array_type():
     assert not loose, loose
 
 
-def test_each_compiled_loop_compiles_once():
+def test_each_compiled_loop_compiles_once(every_path_report):
     """A readonly array is a type of its own too, as is each dtype: after
     every compiled path, in a process of its own (each test's arrays would
     add their types), each compiled function of gpualloc was compiled once.
@@ -564,13 +558,7 @@ def test_each_compiled_loop_compiles_once():
     from numba's cache, a function lists the types it was called with from
     Python only, not those a compiled caller gave it: those show with an
     empty cache.)"""
-    script = ("import json, helpers\n"
-              "print(json.dumps(sorted(f'{fn.py_func.__module__}.{fn.py_func.__name__}'\n"
-              "    for fn in helpers.plan_every_compiled_path() if len(fn.signatures) > 1)))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env=env, check=True)
-    twice = json.loads(out.stdout.splitlines()[-1])
+    twice = every_path_report["twice"]
     assert twice == [], f"compiled for more than one set of argument types: {twice}"
 
 

@@ -41,26 +41,13 @@ def test_a_type_and_its_word_give_each_other():
         encode(types.unicode_type)
 
 
-def test_the_warm_list_is_what_gpualloc_calls_from_python_with_its_types():
+def test_the_warm_list_is_what_gpualloc_calls_from_python_with_its_types(every_path_report):
     # If this fails after a change to a compiled function's arguments:
     # `python -m tests.helpers` writes the list again. Every call seen is
     # listed, and every listed one has code after the workload. (Where the
     # cache is cold, a function first compiled as another's callee is not
     # seen called: the first half is complete on a warm cache only.)
-    out = _python("""
-        import json, sys
-        from numba.core.registry import CPUDispatcher
-        from gpualloc.warm import encode
-        from tests.helpers import kernel_calls, plan_every_compiled_path
-        calls = kernel_calls(plan_every_compiled_path)
-        typed = {(fn.py_func.__module__, fn.py_func.__name__, " ".join(map(encode, sig)))
-                 for name, m in list(sys.modules.items()) if name.startswith("gpualloc.")
-                 for fn in vars(m).values() if isinstance(fn, CPUDispatcher)
-                 for sig in fn.signatures}
-        print(json.dumps([[[m, n, " ".join(map(encode, ts))] for m, n, ts in calls],
-                          sorted(typed)]))
-    """)
-    calls, typed = (set(map(tuple, rows)) for rows in json.loads(out))
+    calls, typed = (set(map(tuple, every_path_report[k])) for k in ("calls", "typed"))
     listed = set(KERNELS)
     assert len(listed) == len(KERNELS) and calls
     assert calls <= listed, f"called, not listed: {sorted(calls - listed)}"
