@@ -8,9 +8,9 @@ relaxation), which a default run calls last. So on such a machine the run
 starts helpers beside itself, one per spare core (at most MOST): they
 compile the functions gpualloc calls from Python, each for the argument
 types of its calls (`gpualloc.warm_list`: the ones a default run calls last
-first), and what they compile goes to the cache. A function the run reaches after a
-helper compiled it loads from there; one a helper is still compiling, the
-run compiles itself. The run's plans never depend on the helpers (the same
+first), and what they compile goes to the cache. A function the run reaches
+after a helper compiled it loads from there; one a helper is still
+compiling, the run compiles itself. The run's plans never depend on the helpers (the same
 code either way); they are stopped when the run ends.
 """
 from __future__ import annotations
@@ -50,6 +50,16 @@ def decode(word: str):
         return types.Array(decode(dtype), int(shape[0]), shape[1],
                            readonly=shape.endswith("r"))
     return types.boolean if word == "bool" else getattr(types, word)
+
+
+def words(argtypes) -> str:
+    """A function's argument types as words (encode), one string."""
+    return " ".join(map(encode, argtypes))
+
+
+def signature(text: str) -> tuple:
+    """The argument types `words` wrote."""
+    return tuple(decode(w) for w in text.split())
 
 
 @contextmanager
@@ -99,9 +109,9 @@ def compile_all(share: list) -> None:
     """A helper: compile each [module, function, argument words] of `share`
     into numba's cache. A function that fails to compile (or is gone) is the
     run's to report, not the helper's."""
-    for module, name, words in share:
+    for module, name, text in share:
         try:
             fn = getattr(importlib.import_module(module), name)
-            fn.compile(tuple(decode(w) for w in words.split()))
+            fn.compile(signature(text))
         except Exception:  # noqa: BLE001 - see the docstring
             pass

@@ -81,11 +81,10 @@ def every_path_report() -> dict:
     more than one set of argument types."""
     from numba.core.registry import CPUDispatcher
 
-    from gpualloc.warm import encode
+    from gpualloc.warm import words
 
     compiled = []
     calls = kernel_calls(lambda: compiled.extend(plan_every_compiled_path()))
-    words = lambda types: " ".join(map(encode, types))  # noqa: E731
     return {"calls": [[m, n, words(ts)] for m, n, ts in calls],
             "typed": sorted([fn.py_func.__module__, fn.py_func.__name__, words(sig)]
                             for fn in compiled if isinstance(fn, CPUDispatcher)
@@ -109,13 +108,13 @@ def warm_list() -> str:
     run calls last first (they are the longest wait), then the others."""
     import textwrap
 
-    from gpualloc.warm import encode
+    from gpualloc.warm import words
 
     first = kernel_calls(default_run)
     rest = [c for c in kernel_calls(plan_every_compiled_path) if c not in first]
     rows = []
     for module, name, types in [*reversed(first), *rest]:
-        lines = textwrap.wrap(" ".join(encode(t) for t in types), 84, break_long_words=False)
+        lines = textwrap.wrap(words(types), 84, break_long_words=False)
         pieces = [line + " " for line in lines[:-1]] + lines[-1:]  # one string, cut into lines
         rows.append(f"    ({module!r}, {name!r},"
                     + "".join(f"\n     {piece!r}" for piece in pieces) + "),\n")

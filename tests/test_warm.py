@@ -13,7 +13,7 @@ import pytest
 from numba import typeof
 from numba.core import types
 
-from gpualloc.warm import decode, encode, helpers
+from gpualloc.warm import decode, encode, helpers, signature, words
 from gpualloc.warm_list import KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,7 @@ def test_a_type_and_its_word_give_each_other():
     assert encode(typeof(frozen)) == "int64[2Cr]"
     assert decode("int64[2Cr]") == types.Array(types.int64, 2, "C", readonly=True)
     assert encode(typeof(np.zeros((3, 2)).T)) == "float64[2F]"
+    assert signature(words((types.int64, types.boolean))) == (types.int64, types.boolean)
     with pytest.raises(ValueError, match="no word"):
         encode(types.unicode_type)
 
@@ -77,8 +78,7 @@ def test_what_a_helper_compiled_the_run_loads_from_the_cache(tmp_path):
             assert len(procs) == 1
             assert procs[0].wait(600) == 0
         args = []
-        for word in {words!r}.split():
-            t = warm.decode(word)
+        for t in warm.signature({words!r}):
             if hasattr(t, "ndim"):  # an array of that dtype, layout and flags, zeros
                 a = np.zeros((3,) * t.ndim, dtype=str(t.dtype).replace("bool", "bool_"))
                 a.flags.writeable = t.mutable
