@@ -24,3 +24,11 @@ def every_path_report():
                           "every_path_report as r; print(json.dumps(r()))"],
                          cwd=root, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def pytest_collection_modifyitems(config, items):
+    # One lab cluster serves every `slurm` test: under pytest-xdist they run
+    # in turn on one worker (--dist loadgroup), the rest beside them.
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
