@@ -27,8 +27,11 @@ def every_path_report():
 
 
 def pytest_collection_modifyitems(config, items):
-    # One lab cluster serves every `slurm` test: under pytest-xdist they run
-    # in turn on one worker (--dist loadgroup), the rest beside them.
+    # Under pytest-xdist (--dist loadgroup) a group runs on one worker: the
+    # `slurm` tests, which share the lab's one controller, in turn; and the
+    # readers of every_path_report, so that it is made once, not per worker.
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif "every_path_report" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("every_path_report"))
