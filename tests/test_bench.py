@@ -203,6 +203,23 @@ def test_online_information_under_the_guarantee_sums_the_replicas_short_per_leve
     assert "| allocator | 0 | 0 | 0 | 0 |" in md
 
 
+def test_online_spread_tells_a_run_below_greedy_by_any_search_seed_from_one_below_by_some():
+    from bench.online_spread import markdown, summarize
+
+    rows = [{"scenario": "batch_flood", "seed": 6, "greedy": 100.0, "allocator": [99.0, 101.0]},
+            {"scenario": "batch_flood", "seed": 7, "greedy": 100.0, "allocator": [98.0, 99.0]},
+            {"scenario": "batch_flood", "seed": 8, "greedy": 100.0, "allocator": [102.0, 104.0]}]
+    r = summarize(rows)["batch_flood"]
+    assert r["below_default"] == [6, 7] and r["below_some"] == [6, 7]
+    assert r["below_every"] == [7]  # seed 6: one search seed reaches greedy
+    assert r["lead"] == pytest.approx((0.99 + 0.98 + 1.02) / 3)
+    assert r["spread_pct"] == pytest.approx((200 / 100 + 100 / 98.5 + 200 / 103) / 3)
+    md = markdown({"summary": {"batch_flood": r}, "seeds": [6, 7, 8], "searches": 2,
+                   "replan_every": 6, "commit": "c", "date": "d",
+                   "machine": {"cpu": "x", "cores": 2}, "command": "cmd"})
+    assert "| batch_flood | 3 | x0.9967 | 1.65% | [6, 7] | [6, 7] | [7] |" in md
+
+
 def test_online_bound_judges_each_run_against_the_room_above_fifo():
     from bench.online_bound import cases, judge, markdown
 
