@@ -19,9 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.common import ROOT, SEVEN, provenance, write_results
-
-CONTENDED = [name for name in SEVEN if name != "low_contention"]
+from bench.common import ROOT, provenance, write_results
+from bench.online_traces import CONTENDED
 
 
 def measure(scenarios: list[str], seeds: list[int], searches: int, every: int) -> list[dict]:

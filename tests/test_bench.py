@@ -203,7 +203,7 @@ def test_online_information_under_the_guarantee_sums_the_replicas_short_per_leve
     assert "| allocator | 0 | 0 | 0 | 0 |" in md
 
 
-def test_online_spread_tells_a_run_below_greedy_by_any_search_seed_from_one_below_by_some():
+def test_online_spread_tells_a_run_below_greedy_with_every_search_seed_from_one_with_some():
     from bench.online_spread import markdown, summarize
 
     rows = [{"scenario": "batch_flood", "seed": 6, "greedy": 100.0, "allocator": [99.0, 101.0]},
