@@ -220,6 +220,25 @@ def test_online_spread_tells_a_run_below_greedy_with_every_search_seed_from_one_
     assert "| batch_flood | 3 | x0.9967 | 1.65% | [6, 7] | [6, 7] | [7] |" in md
 
 
+def test_serve_loop_summary_divides_each_way_by_greedy_in_the_same_run():
+    from bench.serve_loop import WAYS, markdown, summarize
+
+    def row(seed, *values):
+        return {"scenario": "mixed", "seed": seed, "value": dict(zip(WAYS, values)),
+                "wall_s": dict.fromkeys(WAYS, 1.0)}
+
+    rows = [row(0, 100.0, 103.0, 99.0, 104.0), row(1, 200.0, 198.0, 190.0, 206.0)]
+    r = summarize(rows)["mixed"]
+    assert r["allocator"]["lead"] == pytest.approx((1.03 + 0.99) / 2)
+    assert r["allocator"]["below"] == [1]
+    assert r["allocator offline settings"]["below"] == [0, 1]
+    assert r["online loop"]["below"] == [] and r["wall_s"]["greedy"] == 1.0
+    md = markdown({"summary": {"mixed": r}, "rows": rows, "seeds": [0, 1], "commit": "c",
+                   "date": "d", "machine": {"cpu": "x", "cores": 2}, "command": "cmd"})
+    assert "| mixed | 2 | x1.0100 | [1] | x0.9700 | [0, 1] | x1.0350 | [] |" in md
+    assert "| mixed | 1 | 200 | 198 | 190 | 206 |" in md
+
+
 def test_online_bound_judges_each_run_against_the_room_above_fifo():
     from bench.online_bound import cases, judge, markdown
 

@@ -302,3 +302,31 @@ def test_serve_plans_by_moves_unless_given_a_time_limit():
     from gpualloc.slurm.bridge import serve_config
     assert serve_config(0).solver.time_limit_s is None  # one plan per seed
     assert serve_config(0, 2.5).solver.time_limit_s == 2.5
+
+
+def test_serve_plans_each_step_as_the_online_loops_full_replan():
+    # With the allocator's offline settings (undiscounted, the offline search
+    # budget) serve's loop fell below greedy's (docs/results.md, s79).
+    from gpualloc.config import RunConfig
+    from gpualloc.slurm.bridge import serve_config
+    cfg, online = serve_config(3), RunConfig().online
+    assert cfg.seed == 3 and cfg.device == "cpu" and not cfg.solver.progress
+    assert cfg.solver.discount == online.discount > 0
+    assert cfg.solver.local_search_iters <= online.search_moves
+    assert not cfg.solver.start_from_greedy and cfg.solver.deep_search_cells == 0
+
+
+def test_serves_loop_simulated_keeps_rules_1_to_3_and_one_plan_per_seed():
+    import torch
+
+    import gpualloc as ga
+    from gpualloc.check import check
+    from gpualloc.slurm.bridge import serve_config
+    from gpualloc.slurm.serve import simulate
+    s = ga.generate("mixed", seed=0, horizon=24)
+    for policy in ("greedy", "allocator"):
+        owner = simulate(s, policy, serve_config(0))
+        verdict = check(s, owner)
+        assert verdict.ok_but_guarantee, (policy, str(verdict))
+        assert (owner >= 0).any()
+    assert torch.equal(owner, simulate(s, "allocator", serve_config(0)))

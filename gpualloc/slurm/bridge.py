@@ -25,15 +25,20 @@ SERVE_POLICIES = ("greedy", "allocator")
 
 
 def serve_config(seed: int = 0, time_limit_s: float | None = None) -> RunConfig:
-    """The run config `serve` plans each step with: the policies' own
-    settings on the CPU, without a progress bar. The allocator's search is
-    a budget of moves (a seed gives one plan); `time_limit_s` also stops it
-    on the clock (solver.time_limit_s), to keep a plan inside a short step."""
+    """The run config `serve` plans each step with: a full replan's of
+    gpualloc's online loop (gpualloc.online.loop.replan_configs), on the CPU,
+    without a progress bar. For the allocator that is the discounted
+    objective (online.discount) and the online search budget: with the
+    policy's offline settings a step's plan postpones work that later
+    arrivals then compete with, and serve's loop fell below greedy's
+    (docs/results.md, s79). The search is a budget of moves (a seed gives
+    one plan); `time_limit_s` also stops it on the clock
+    (solver.time_limit_s), to keep a plan inside a short step."""
+    from gpualloc.online.loop import replan_configs
     cfg = RunConfig(device="cpu", seed=seed)
-    cfg.solver.progress = False
     cfg.solver.time_limit_s = time_limit_s
-    cfg.solver.deep_search_cells = 0  # a step's plan: never the offline deep search
-    return cfg
+    full, _ = replan_configs(cfg)  # no progress bar, no offline deep search
+    return full
 
 
 def plan_now(view: Scenario, policy: str, cfg: RunConfig) -> torch.Tensor:

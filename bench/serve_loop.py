@@ -1,0 +1,129 @@
+"""`serve`'s loop simulated: the plans `gpualloc slurm serve` would execute
+on a Slurm that does exactly as told (gpualloc.slurm.serve.simulate), per
+scenario and seed, greedy and the allocator side by side.
+
+    python -m bench.serve_loop                         # seeds 0-2, the six contended
+    python -m bench.serve_loop --seeds 6 7 8 9 --tag _tuning
+
+At each step serve snapshots what runs and waits, plans the view (the true
+demand curves, as its --demand file gives them) and takes the plan's first
+step. Per run: greedy with serve's settings (`bridge.serve_config`); the
+allocator with serve's settings (a full replan's of the online loop:
+discounted, the online search budget); the allocator with its own offline
+settings on each view (what serve planned with before s79); and, for
+reference, gpualloc's own online loop with the allocator (oracle demand,
+replanning every step: `bridge.simulate_online`). Every plan goes through
+the checker (rules 1-3). Writes bench/results/serve_loop.{md,json} (the
+stem takes --tag).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.common import ROOT, provenance, write_results
+from bench.online_traces import CONTENDED
+
+WAYS = ("greedy", "allocator", "allocator offline settings", "online loop")
+
+
+def offline_settings(seed: int):
+    """What serve planned each step with before s79: the policies' own
+    settings, no progress bar, no offline deep search."""
+    from gpualloc.config import RunConfig
+    cfg = RunConfig(device="cpu", seed=seed)
+    cfg.solver.progress = False
+    cfg.solver.deep_search_cells = 0
+    return cfg
+
+
+def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
+    import gpualloc as ga
+    from gpualloc.check import check
+    from gpualloc.slurm import bridge
+    from gpualloc.slurm.serve import simulate
+
+    rows = []
+    for name in scenarios:
+        for seed in seeds:
+            s = ga.generate(name, seed=seed)
+            ways = {"greedy": lambda: simulate(s, "greedy", bridge.serve_config(seed)),
+                    "allocator": lambda: simulate(s, "allocator", bridge.serve_config(seed)),
+                    "allocator offline settings":
+                        lambda: simulate(s, "allocator", offline_settings(seed)),
+                    "online loop": lambda: bridge.simulate_online(s, "allocator", seed)}
+            row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}}
+            for way, run in ways.items():
+                start = time.perf_counter()
+                owner = run()
+                row["wall_s"][way] = time.perf_counter() - start
+                verdict = check(s, owner)
+                assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
+                row["value"][way] = ga.metrics(s, owner)["weighted_throughput"]
+            rows.append(row)
+            print(name, seed, row["value"], flush=True)
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per scenario: each allocator way's mean ratio to greedy's value and
+    the seeds where it is below greedy; the mean time of each way."""
+    out = {}
+    for name in dict.fromkeys(r["scenario"] for r in rows):
+        mine = [r for r in rows if r["scenario"] == name]
+        out[name] = {"runs": len(mine), "wall_s": {
+            w: statistics.mean(r["wall_s"][w] for r in mine) for w in WAYS}}
+        for way in WAYS[1:]:
+            out[name][way] = {
+                "lead": statistics.mean(r["value"][way] / r["value"]["greedy"] for r in mine),
+                "below": [r["seed"] for r in mine if r["value"][way] < r["value"]["greedy"]]}
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = ["# serve's loop simulated", "",
+             f"Commit {result['commit']}, {result['date']}; machine: "
+             f"{result['machine']['cpu']}, {result['machine']['cores']} cores "
+             f"(`{result['command']}`).", "",
+             f"Seeds {result['seeds']}. At each step the view serve would snapshot, the "
+             "policy's plan of it (true demand curves), its first step taken "
+             "(`gpualloc.slurm.serve.simulate`). Lead: the way's weighted throughput over "
+             "greedy's in serve's loop, mean over seeds; below: the seeds where it is lower. "
+             "`allocator`: serve's settings (the online loop's full replan); `offline "
+             "settings`: the allocator's own on each view (serve before s79); `online loop`: "
+             "gpualloc's online loop, oracle demand, every step.", "",
+             "| scenario | runs | allocator | below | offline settings | below | online loop "
+             "| below | time greedy / allocator / offline settings / online loop (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in result["summary"].items():
+        cells = " | ".join(f"x{r[w]['lead']:.4f} | {r[w]['below']}" for w in WAYS[1:])
+        times = " / ".join(f"{r['wall_s'][w]:.1f}" for w in WAYS)
+        lines.append(f"| {name} | {r['runs']} | {cells} | {times} |")
+    lines += ["", "| scenario | seed | " + " | ".join(WAYS) + " |",
+              "|---|---|" + "---|" * len(WAYS)]
+    for row in result["rows"]:
+        lines.append(f"| {row['scenario']} | {row['seed']} | "
+                     + " | ".join(f"{row['value'][w]:,.0f}" for w in WAYS) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", nargs="+", default=CONTENDED)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--tag", default="", help="suffix of the output stem")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args(argv)
+    rows = measure(args.scenarios, args.seeds)
+    result = {"seeds": args.seeds, "rows": rows, "summary": summarize(rows),
+              **provenance("bench.serve_loop", argv)}
+    write_results(args.out, "serve_loop" + args.tag, result, markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
