@@ -62,7 +62,7 @@ def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
                 row["wall_s"][way] = time.perf_counter() - start
                 verdict = check(s, owner)
                 assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
-                row["value"][way] = ga.metrics(s, owner)["weighted_throughput"]
+                row["value"][way] = bridge.metrics(s, owner)["weighted_throughput"]
             rows.append(row)
             print(name, seed, row["value"], flush=True)
     return rows
