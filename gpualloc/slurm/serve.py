@@ -42,7 +42,7 @@ from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import load_recorded, record_once
 from gpualloc.slurm.read import SlurmJob
-from gpualloc.slurm.snapshot import Options, build, waiting
+from gpualloc.slurm.snapshot import Options, build, needed, waiting
 
 REPLICA_TAG = "gpualloc=replica"
 
@@ -255,11 +255,11 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
     the rest of their run; the service's replicas of the last step, up to
-    this step's demand, fixed; the demand from this step on, its last
-    value repeated), the policy's plan of it, and the plan's first step
-    taken. A replica stays where it runs for the whole view, as in serve
-    (a replica job's time limit outlasts the view: the plan works around it,
-    and cancelling it when the demand falls frees its GPUs). Against this, an executed run measures what Slurm's execution
+    this step's demand, fixed while the demand keeps them; the demand from
+    this step on, its last value repeated), the policy's plan of it, and
+    the plan's first step taken. A replica stays where it runs while the
+    demand keeps it, as in serve (it cancels replicas above a step's
+    demand, the newest first: `snapshot.needed`). Against this, an executed run measures what Slurm's execution
     (timing, placement inside nodes) changes; against gpualloc's online
     loop (gpualloc.online), what serve's simpler loop changes."""
     H = horizon or s.T
@@ -283,9 +283,12 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
             else:
                 dem = list(job.demand[k:H + k])
                 d["demand"] = dem + [dem[-1]] * (H - len(dem))
-                if k:  # last step's replicas, the lowest blocks up to this step's demand
+                if k:  # last step's replicas, the lowest blocks up to this step's demand,
+                    # each held while the demand keeps it (as the snapshot holds them)
                     held = (owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
-                    cells.append((len(docs), held, H))
+                    for r in range(len(held) // job.gpus):
+                        cells.append((len(docs), held[r * job.gpus:(r + 1) * job.gpus],
+                                      needed(d["demand"], r)))
                 docs.append(d)
             index.append(j)
         doc = {**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs}

@@ -206,6 +206,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     fixed_cells: list[tuple[int, str, list[int], int, str]] = []  # job, node, GPUs, steps, who
     services: dict[str, int] = {}
     on_way: list[int] = []
+    held: dict[int, int] = {}  # service -> its replicas placed so far (oldest job first)
     for svc in o.demand or []:
         d = dict(svc)
         dem = list(d.get("demand", []))[:T]
@@ -252,8 +253,11 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 if docs[k].get("_count"):
                     docs[k]["demand"] = [v + 1 for v in docs[k]["demand"]]
                 if j.state == "RUNNING" or waiting(j) and _fits(j, room, report, tag):
-                    _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
-                           report, tag, step_s, now)
+                    steps = remaining(j, None, step_s, now)
+                    if not docs[k].get("_count"):  # a demand curve: serve cancels the newest
+                        steps = min(steps, needed(docs[k]["demand"], held.get(k, 0)))
+                    if _fixed(j, k, steps, fixed_cells, node_index, report, tag, step_s, now):
+                        held[k] = held.get(k, 0) + 1
                 continue
             if j.node_count > 1 and j.gpus_per_node and any(
                     j.gpus_per_node != per_node[i] for i in range(len(per_node))
@@ -365,6 +369,17 @@ def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> flo
 def remaining(j: SlurmJob, dur: int | None, step_s: float, now: float) -> int:
     """Steps left of a running job's expected run (at least 1)."""
     return _steps(max(expected_end(j, dur, step_s, now) - now, 1.0), step_s)
+
+
+def needed(demand: list[int], r: int) -> int:
+    """The steps from now that a service's replica r (0: its oldest) is held
+    in the plan: while the demand keeps more than r replicas (at least this
+    step). serve cancels replicas above a step's demand, the newest first,
+    so the plan may count on the GPUs of those the demand gives up."""
+    n = 0
+    while n < len(demand) and demand[n] > r:
+        n += 1
+    return max(n, 1)
 
 
 def _fixed(j: SlurmJob, k: int, steps: int, cells: list, node_index: dict, report: list,
