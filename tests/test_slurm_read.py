@@ -333,23 +333,30 @@ def test_serves_loop_simulated_keeps_rules_1_to_3_and_one_plan_per_seed():
 
 
 def test_a_replica_is_held_while_the_demand_curve_keeps_it():
-    # serve cancels replicas above a step's demand, the newest first: the
-    # plan may count on their GPUs from the step the curve gives them up.
+    # serve cancels its own replicas above a step's demand, the newest first,
+    # and never a user's: the plan may count on their GPUs from the step the
+    # curve gives them up, in that order.
     from gpualloc.slurm.read import SlurmJob, SlurmNode
     from gpualloc.slurm.snapshot import Options, build, needed
     now = 1_800_000_000.0
     nodes = [SlurmNode("n1", "mixed", ["gpu"], 8, "h100")]
-    replicas = [SlurmJob(id=i, name=f"r{i}", state="RUNNING", comment="service=chat gpualloc=replica",
-                         gpus_per_node=2, nodes=["n1"], start=int(now) - 60, time_limit_min=600,
-                         idx={"n1": [2 * i, 2 * i + 1]}) for i in (1, 2, 3)]
+
+    def replica(i, comment):
+        return SlurmJob(id=i, name=f"r{i}", state="RUNNING", comment=comment, gpus_per_node=2,
+                        nodes=["n1"], start=int(now) - 60, time_limit_min=600,
+                        idx={"n1": [2 * i - 2, 2 * i - 1]})
+    ours = [replica(i, "service=chat gpualloc=replica") for i in (1, 2, 3)]
+    users = replica(4, "service=chat")  # the newest, but not serve's to cancel
     curve = [{"id": "chat", "kind": "realtime_inference", "priority": 9, "gpus": 2,
-              "demand": [3, 3, 2, 1, 1, 0]}]
+              "demand": [4, 4, 3, 2, 1, 0]}]
     o = Options(step_minutes=1.0, horizon=6, finishing_s=1.5, demand=curve)
-    s = build(nodes, replicas, o, now).scenario
+    s = build(nodes, ours + [users], o, now).scenario
     chat = [j.id for j in s.jobs].index("chat")
-    assert (s.fixed == chat).sum(0).tolist() == [6, 6, 4, 2, 2, 0]  # GPUs held a step
-    assert (s.fixed[0:2, :5] == chat).all()  # the oldest, for the longest
+    assert (s.fixed == chat).sum(0).tolist() == [8, 8, 6, 4, 2, 0]  # GPUs held a step
+    assert (s.fixed[6:8, :5] == chat).all() and (s.fixed[0:2, :4] == chat).all()
+    assert not (s.fixed[4:6, 2:] == chat).any()  # serve's newest: the first given up
     # Without a curve the replicas counted are the demand, flat: held throughout.
-    flat = build(nodes, replicas, Options(step_minutes=1.0, horizon=6, finishing_s=1.5), now)
-    assert (flat.scenario.fixed == 0).sum(0).tolist() == [6] * 6
+    flat = build(nodes, ours + [users], Options(step_minutes=1.0, horizon=6, finishing_s=1.5),
+                 now)
+    assert (flat.scenario.fixed == 0).sum(0).tolist() == [8] * 6
     assert needed([3, 3, 2], 2) == 2 and needed([1, 0], 3) == 1 and needed([4, 4], 0) == 2

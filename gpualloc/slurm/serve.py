@@ -42,9 +42,8 @@ from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import load_recorded, record_once
 from gpualloc.slurm.read import SlurmJob
-from gpualloc.slurm.snapshot import Options, build, needed, waiting
+from gpualloc.slurm.snapshot import REPLICA_TAG, Options, build, needed, waiting
 
-REPLICA_TAG = "gpualloc=replica"
 
 
 def add_options(p) -> None:

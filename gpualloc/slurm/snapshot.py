@@ -28,6 +28,9 @@ import torch
 from gpualloc.slurm import bridge
 from gpualloc.slurm.read import SlurmJob, SlurmNode, SlurmReadError, duration_seconds, natural_key
 
+REPLICA_TAG = "gpualloc=replica"
+"""In the comment of the replica jobs serve submits (and may cancel)."""
+
 MEMORY_GB = {"h100": 80, "h200": 141, "a100": 80, "l40s": 48, "a10": 24, "v100": 32}
 """GPU memory by GRES type, where `--memory-gb TYPE=N` does not say (80 otherwise)."""
 
@@ -206,7 +209,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     fixed_cells: list[tuple[int, str, list[int], int, str]] = []  # job, node, GPUs, steps, who
     services: dict[str, int] = {}
     on_way: list[int] = []
-    held: dict[int, int] = {}  # service -> its replicas placed so far (oldest job first)
+    replicas: list[tuple[int, SlurmJob, int, int]] = []  # service, job, its cells [a, b)
     for svc in o.demand or []:
         d = dict(svc)
         dem = list(d.get("demand", []))[:T]
@@ -253,11 +256,10 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                 if docs[k].get("_count"):
                     docs[k]["demand"] = [v + 1 for v in docs[k]["demand"]]
                 if j.state == "RUNNING" or waiting(j) and _fits(j, room, report, tag):
-                    steps = remaining(j, None, step_s, now)
-                    if not docs[k].get("_count"):  # a demand curve: serve cancels the newest
-                        steps = min(steps, needed(docs[k]["demand"], held.get(k, 0)))
-                    if _fixed(j, k, steps, fixed_cells, node_index, report, tag, step_s, now):
-                        held[k] = held.get(k, 0) + 1
+                    a = len(fixed_cells)
+                    if _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
+                              report, tag, step_s, now):
+                        replicas.append((k, j, a, len(fixed_cells)))
                 continue
             if j.node_count > 1 and j.gpus_per_node and any(
                     j.gpus_per_node != per_node[i] for i in range(len(per_node))
@@ -291,6 +293,7 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
             ids.append([j.id])
         except SlurmReadError as e:
             report.append(f"{tag}: {e}: left out")
+    _hold_while_needed(replicas, docs, fixed_cells)
     for d in docs:
         d.pop("_count", None)
     doc = {"name": o.name, "horizon": T, "step_minutes": o.step_minutes,
@@ -369,6 +372,22 @@ def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> flo
 def remaining(j: SlurmJob, dur: int | None, step_s: float, now: float) -> int:
     """Steps left of a running job's expected run (at least 1)."""
     return _steps(max(expected_end(j, dur, step_s, now) - now, 1.0), step_s)
+
+
+def _hold_while_needed(replicas: list, docs: list[dict], cells: list) -> None:
+    """A service with a demand curve: its replicas' cells held only while
+    the curve keeps them, in the order serve gives replicas up
+    (serve.surplus: its own, the pending after the running, the newest
+    last; never a user's job)."""
+    rank: dict[int, int] = {}
+    for k, j, a, b in sorted(replicas, key=lambda x: (x[0], REPLICA_TAG in x[1].comment,
+                                                     x[1].state != "RUNNING", x[1].id)):
+        if docs[k].get("_count"):  # the replicas counted are the demand: held throughout
+            continue
+        r = rank[k] = rank.get(k, -1) + 1
+        for i in range(a, b):
+            k_, node, gpus, steps, who = cells[i]
+            cells[i] = (k_, node, gpus, min(steps, needed(docs[k]["demand"], r)), who)
 
 
 def needed(demand: list[int], r: int) -> int:
