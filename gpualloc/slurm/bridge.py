@@ -25,9 +25,9 @@ SERVE_POLICIES = ("greedy", "allocator")
 
 
 def serve_config(seed: int = 0, time_limit_s: float | None = None) -> RunConfig:
-    """The run config `serve` plans each step with: a full replan's of
-    gpualloc's online loop (gpualloc.online.loop.replan_configs), on the CPU,
-    without a progress bar. For the allocator that is the discounted
+    """The run config `serve` plans each step with: the settings of a full
+    replan of gpualloc's online loop (gpualloc.online.loop.replan_configs),
+    on the CPU, without a progress bar. For the allocator that is the discounted
     objective (online.discount) and the online search budget: with the
     policy's offline settings a step's plan postpones work that later
     arrivals then compete with, and serve's loop fell below greedy's

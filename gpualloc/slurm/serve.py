@@ -45,7 +45,6 @@ from gpualloc.slurm.read import SlurmJob
 from gpualloc.slurm.snapshot import REPLICA_TAG, Options, build, needed, waiting
 
 
-
 def add_options(p) -> None:
     p.add_argument("--policy", default="allocator", choices=list(bridge.SERVE_POLICIES))
     p.add_argument("--step-seconds", type=float,
@@ -257,8 +256,8 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
     this step's demand, fixed while the demand keeps them; the demand from
     this step on, its last value repeated), the policy's plan of it, and
     the plan's first step taken. A replica stays where it runs while the
-    demand keeps it, as in serve (it cancels replicas above a step's
-    demand, the newest first: `snapshot.needed`). Against this, an executed run measures what Slurm's execution
+    demand keeps it, as the snapshot holds it (`snapshot.needed`: serve
+    cancels replicas above a step's demand). Against this, an executed run measures what Slurm's execution
     (timing, placement inside nodes) changes; against gpualloc's online
     loop (gpualloc.online), what serve's simpler loop changes."""
     H = horizon or s.T
