@@ -7,14 +7,16 @@ scenario and seed, greedy and the allocator side by side.
 
 At each step serve snapshots what runs and waits, plans the view (the true
 demand curves, as its --demand file gives them) and takes the plan's first
-step. Per run: greedy with serve's settings (`bridge.serve_config`); the
-allocator with serve's settings (a full replan's of the online loop:
-discounted, the online search budget); the allocator with its own offline
-settings on each view (what serve planned with before s79); and, for
+step. Per run, with serve's settings (`bridge.serve_config`: a full replan
+of the online loop): greedy and the allocator as serve runs by default (its
+replicas movable: the plan places the service, serve moves a replica whose
+GPUs it gives to other work), and with `--pin-replicas` (each replica held
+where it runs while the demand keeps it: serve before s80); and, for
 reference, gpualloc's own online loop with the allocator (oracle demand,
 replanning every step: `bridge.simulate_online`). Every plan goes through
-the checker (rules 1-3). Writes bench/results/serve_loop.{md,json} (the
-stem takes --tag).
+the checker (rules 1-3). Per moving way, the replica moves a step: a
+replica stopped on one node while one starts on another. Writes
+bench/results/serve_loop.{md,json} (the stem takes --tag).
 """
 from __future__ import annotations
 
@@ -27,17 +29,26 @@ from pathlib import Path
 from bench.common import ROOT, provenance, write_results
 from bench.online_traces import CONTENDED
 
-WAYS = ("greedy", "allocator", "allocator offline settings", "online loop")
+WAYS = ("greedy", "allocator", "greedy pinned", "allocator pinned", "online loop")
 
 
-def offline_settings(seed: int):
-    """What serve planned each step with before s79: the policies' own
-    settings, no progress bar, no offline deep search."""
-    from gpualloc.config import RunConfig
-    cfg = RunConfig(device="cpu", seed=seed)
-    cfg.solver.progress = False
-    cfg.solver.deep_search_cells = 0
-    return cfg
+def replica_moves(s, owner) -> int:
+    """Replica moves in the (G, T) plan: at each step, per service, the
+    fewer of the replicas it stops on some nodes and starts on others."""
+    import torch
+
+    from gpualloc.slurm.serve import node_of_gpu
+    node_of = node_of_gpu(s)
+    on = node_of[:, None] == torch.arange(int(node_of.max()) + 1)  # (G, N)
+    total = 0
+    for j, job in enumerate(s.jobs):
+        if job.rigid:
+            continue
+        count = ((owner == j).T.long() @ on.long()) // job.gpus  # (T, N) replicas a node
+        change = count[1:] - count[:-1]
+        total += int(torch.minimum(change.clamp(min=0).sum(1), (-change).clamp(min=0).sum(1))
+                     .sum())
+    return total
 
 
 def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
@@ -50,12 +61,14 @@ def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
     for name in scenarios:
         for seed in seeds:
             s = ga.generate(name, seed=seed)
-            ways = {"greedy": lambda: simulate(s, "greedy", bridge.serve_config(seed)),
-                    "allocator": lambda: simulate(s, "allocator", bridge.serve_config(seed)),
-                    "allocator offline settings":
-                        lambda: simulate(s, "allocator", offline_settings(seed)),
+            cfg = bridge.serve_config(seed)
+            ways = {"greedy": lambda: simulate(s, "greedy", cfg),
+                    "allocator": lambda: simulate(s, "allocator", cfg),
+                    "greedy pinned": lambda: simulate(s, "greedy", cfg, move_replicas=False),
+                    "allocator pinned":
+                        lambda: simulate(s, "allocator", cfg, move_replicas=False),
                     "online loop": lambda: bridge.simulate_online(s, "allocator", seed)}
-            row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}}
+            row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {}}
             for way, run in ways.items():
                 start = time.perf_counter()
                 owner = run()
@@ -63,19 +76,23 @@ def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
                 verdict = check(s, owner)
                 assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
                 row["value"][way] = bridge.metrics(s, owner)["weighted_throughput"]
+                if way in ("greedy", "allocator"):
+                    row["moves"][way] = replica_moves(s, owner) / s.T
             rows.append(row)
             print(name, seed, row["value"], flush=True)
     return rows
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per scenario: each allocator way's mean ratio to greedy's value and
-    the seeds where it is below greedy; the mean time of each way."""
+    """Per scenario: each way's mean ratio to greedy's value and the seeds
+    where it is below greedy; the mean time of each way, and the moving
+    ways' replica moves a step."""
     out = {}
     for name in dict.fromkeys(r["scenario"] for r in rows):
         mine = [r for r in rows if r["scenario"] == name]
         out[name] = {"runs": len(mine), "wall_s": {
-            w: statistics.mean(r["wall_s"][w] for r in mine) for w in WAYS}}
+            w: statistics.mean(r["wall_s"][w] for r in mine) for w in WAYS},
+            "moves": {w: statistics.mean(r["moves"][w] for r in mine) for w in mine[0]["moves"]}}
         for way in WAYS[1:]:
             out[name][way] = {
                 "lead": statistics.mean(r["value"][way] / r["value"]["greedy"] for r in mine),
@@ -84,24 +101,28 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def markdown(result: dict) -> str:
+    others = WAYS[1:]
     lines = ["# serve's loop simulated", "",
              f"Commit {result['commit']}, {result['date']}; machine: "
              f"{result['machine']['cpu']}, {result['machine']['cores']} cores "
              f"(`{result['command']}`).", "",
              f"Seeds {result['seeds']}. At each step the view serve would snapshot, the "
              "policy's plan of it (true demand curves), its first step taken "
-             "(`gpualloc.slurm.serve.simulate`). Lead: the way's weighted throughput over "
-             "greedy's in serve's loop, mean over seeds; below: the seeds where it is lower. "
-             "`allocator`: serve's settings (the online loop's full replan); `offline "
-             "settings`: the allocator's own on each view (serve before s79); `online loop`: "
-             "gpualloc's online loop, oracle demand, every step.", "",
-             "| scenario | runs | allocator | below | offline settings | below | online loop "
-             "| below | time greedy / allocator / offline settings / online loop (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(`gpualloc.slurm.serve.simulate`), with serve's settings (the online loop's "
+             "full replan). Lead: the way's weighted throughput over greedy's (serve's "
+             "default: replicas movable), mean over seeds; below: the seeds where it is "
+             "lower. `pinned`: serve --pin-replicas (each replica held where it runs while "
+             "the demand keeps it; serve before s80); `online loop`: gpualloc's online loop, "
+             "oracle demand, every step. Moves: replica moves a step (a replica stopped on "
+             "one node while one starts on another), greedy / allocator.", "",
+             "| scenario | runs | " + " | ".join(f"{w} | below" for w in others)
+             + " | moves a step | time " + " / ".join(WAYS) + " (s) |",
+             "|---|---|" + "---|---|" * len(others) + "---|---|"]
     for name, r in result["summary"].items():
-        cells = " | ".join(f"x{r[w]['lead']:.4f} | {r[w]['below']}" for w in WAYS[1:])
+        cells = " | ".join(f"x{r[w]['lead']:.4f} | {r[w]['below']}" for w in others)
+        moves = " / ".join(f"{v:.2f}" for v in r["moves"].values())
         times = " / ".join(f"{r['wall_s'][w]:.1f}" for w in WAYS)
-        lines.append(f"| {name} | {r['runs']} | {cells} | {times} |")
+        lines.append(f"| {name} | {r['runs']} | {cells} | {moves} | {times} |")
     lines += ["", "| scenario | seed | " + " | ".join(WAYS) + " |",
               "|---|---|" + "---|" * len(WAYS)]
     for row in result["rows"]:

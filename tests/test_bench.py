@@ -225,18 +225,40 @@ def test_serve_loop_summary_divides_each_way_by_greedy_in_the_same_run():
 
     def row(seed, *values):
         return {"scenario": "mixed", "seed": seed, "value": dict(zip(WAYS, values)),
-                "wall_s": dict.fromkeys(WAYS, 1.0)}
+                "wall_s": dict.fromkeys(WAYS, 1.0), "moves": {"greedy": seed, "allocator": 2.0}}
 
-    rows = [row(0, 100.0, 103.0, 99.0, 104.0), row(1, 200.0, 198.0, 190.0, 206.0)]
+    rows = [row(0, 100.0, 103.0, 99.0, 104.0, 105.0), row(1, 200.0, 198.0, 190.0, 206.0, 202.0)]
     r = summarize(rows)["mixed"]
     assert r["allocator"]["lead"] == pytest.approx((1.03 + 0.99) / 2)
     assert r["allocator"]["below"] == [1]
-    assert r["allocator offline settings"]["below"] == [0, 1]
+    assert r["greedy pinned"]["below"] == [0, 1]
     assert r["online loop"]["below"] == [] and r["wall_s"]["greedy"] == 1.0
+    assert r["moves"] == {"greedy": 0.5, "allocator": 2.0}
     md = markdown({"summary": {"mixed": r}, "rows": rows, "seeds": [0, 1], "commit": "c",
                    "date": "d", "machine": {"cpu": "x", "cores": 2}, "command": "cmd"})
-    assert "| mixed | 2 | x1.0100 | [1] | x0.9700 | [0, 1] | x1.0350 | [] |" in md
-    assert "| mixed | 1 | 200 | 198 | 190 | 206 |" in md
+    assert "| mixed | 2 | x1.0100 | [1] | x0.9700 | [0, 1] | x1.0350 | [] | x1.0300 | [] " \
+           "| 0.50 / 2.00 |" in md
+    assert "| mixed | 1 | 200 | 198 | 190 | 206 | 202 |" in md
+
+
+def test_replica_moves_count_a_stop_on_one_node_and_a_start_on_another():
+    import torch
+
+    from bench.serve_loop import replica_moves
+    from gpualloc.slurm import bridge
+    s = bridge.from_dict({
+        "name": "two", "horizon": 4, "step_minutes": 60,
+        "cluster": {"pools": [{"name": "p", "count": 2, "gpus_per_node": 2, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": [{"id": "chat", "kind": "realtime_inference", "priority": 1, "arrival": 0,
+                  "gpus": 1, "demand": [2, 2, 1, 2]}]})
+    owner = torch.tensor([[0, -1, -1, 0],    # n1: 2, 1, 0, 1 replicas
+                          [0, 0, -1, -1],
+                          [-1, 0, 0, 0],     # n2: 0, 1, 1, 1
+                          [-1, -1, -1, -1]])
+    # Step 1: one stops on n1 and one starts on n2 (a move); step 2: one
+    # stops (demand fell); step 3: one starts (demand rose).
+    assert replica_moves(s, owner) == 1
 
 
 def test_online_bound_judges_each_run_against_the_room_above_fifo():

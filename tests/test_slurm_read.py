@@ -325,10 +325,11 @@ def test_serves_loop_simulated_keeps_rules_1_to_3_and_one_plan_per_seed():
     from gpualloc.slurm.serve import simulate
     s = ga.generate("mixed", seed=0, horizon=24)
     for policy in ("greedy", "allocator"):
-        owner = simulate(s, policy, serve_config(0))
-        verdict = check(s, owner)
-        assert verdict.ok_but_guarantee, (policy, str(verdict))
-        assert (owner >= 0).any()
+        for move in (False, True):  # --pin-replicas; serve's default
+            owner = simulate(s, policy, serve_config(0), move_replicas=move)
+            verdict = check(s, owner)
+            assert verdict.ok_but_guarantee, (policy, move, str(verdict))
+            assert (owner >= 0).any()
     assert torch.equal(owner, simulate(s, "allocator", serve_config(0)))
 
 
@@ -360,3 +361,74 @@ def test_a_replica_is_held_while_the_demand_curve_keeps_it():
                  now)
     assert (flat.scenario.fixed == 0).sum(0).tolist() == [8] * 6
     assert needed([3, 3, 2], 2) == 2 and needed([1, 0], 3) == 1 and needed([4, 4], 0) == 2
+
+
+def test_serve_moves_its_own_replicas_where_the_plan_gives_their_gpus_other_work():
+    # Two of serve's replicas on n1 and a user's on n2 keep a whole-node
+    # training job from starting while they are fixed where they run;
+    # movable (serve's default), the plan starts it on n1 and serve moves
+    # its two replicas to n2. A user's replica is never moved.
+    from gpualloc.config import RunConfig
+    from gpualloc.slurm.read import SlurmJob, SlurmNode
+    from gpualloc.slurm.serve import decide, plan_step
+    from gpualloc.slurm.snapshot import Options, build
+    now = 1_800_000_000.0
+    nodes = [SlurmNode(f"n{i}", "mixed", ["gpu"], 8, "h100") for i in (1, 2)]
+
+    def replica(i, node, idx, comment):
+        return SlurmJob(id=i, name="chat", state="RUNNING", comment=comment, gpus_per_node=2,
+                        nodes=[node], start=int(now) - 60, time_limit_min=600,
+                        idx={node: idx})
+    jobs = [replica(1, "n1", [0, 1], "service=chat gpualloc=replica"),
+            replica(2, "n1", [4, 5], "service=chat gpualloc=replica"),
+            replica(3, "n2", [0, 1], "service=chat"),
+            SlurmJob(id=4, name="train", state="PENDING", comment="kind=training priority=10 "
+                     "duration=4", gpus_per_node=8, reason="JobHeldUser")]
+    curve = [{"id": "chat", "kind": "realtime_inference", "priority": 1, "gpus": 2,
+              "demand": [3] * 6}]
+    cfg = RunConfig(device="cpu")
+    cfg.solver.progress = False
+    for move in (True, False):
+        o = Options(step_minutes=1.0, horizon=6, finishing_s=1.5, demand=curve,
+                    move_replicas=move)
+        snap = build(nodes, jobs, o, now)
+        s = snap.scenario
+        chat = [j.id for j in s.jobs].index("chat")
+        assert int((s.fixed[:, 0] == chat).sum()) == (2 if move else 6)  # the user's stay
+        assert snap.replicas == ({chat: [(1, "n1"), (2, "n1")]} if move else {})
+        col = plan_step(snap, "greedy", cfg)
+        assert int((col == chat).sum()) == 6  # the whole demand served either way
+        acts = decide(snap, col)
+        if move:
+            assert acts.release == [(4, ["n1"])] and sorted(acts.move) == [1, 2]
+            assert acts.replicas == [("chat", "n2", 2, None)] * 2
+        else:
+            assert acts.release == [] and acts.move == [] and acts.replicas == []
+
+
+def test_settle_keeps_replicas_on_their_nodes_where_the_column_leaves_room():
+    import torch
+
+    from gpualloc.slurm import bridge
+    from gpualloc.slurm.serve import settle
+    from gpualloc.slurm.snapshot import Snapshot
+    s = bridge.from_dict({
+        "name": "two", "horizon": 2, "step_minutes": 60,
+        "cluster": {"pools": [{"name": "p", "count": 2, "gpus_per_node": 4, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": [{"id": "chat", "kind": "realtime_inference", "priority": 1, "arrival": 0,
+                  "gpus": 1, "demand": [2, 2]},
+                 {"id": "t", "kind": "training", "priority": 1, "arrival": 0, "gpus": 2,
+                  "duration": 2},
+                 {"id": "u", "kind": "training", "priority": 1, "arrival": 0, "gpus": 2,
+                  "duration": 2}]})
+    s.fixed = torch.full((8, 2), bridge.IDLE, dtype=torch.long)
+    snap = Snapshot(scenario=s, nodes=["n1", "n2"], slurm_ids=[[], [], []], report=[],
+                    renumbered=[], replicas={0: [(11, "n1"), (12, "n1")]})
+    col = torch.tensor([1, 1, -1, -1, 0, 0, -1, -1])  # both replicas planned on n2
+    out = settle(col, snap)
+    # One idle GPU pair is left on n1 after the training job: both replicas stay there.
+    assert out[:4].tolist().count(0) == 2 and not (out[4:] == 0).any()
+    assert out[:2].tolist() == [1, 1] and int((out == 0).sum()) == 2
+    full = torch.tensor([1, 1, 2, 2, 0, 0, -1, -1])  # n1 has no room: they move
+    assert torch.equal(settle(full, snap), full)

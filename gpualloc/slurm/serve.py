@@ -42,7 +42,7 @@ from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import load_recorded, record_once
 from gpualloc.slurm.read import SlurmJob
-from gpualloc.slurm.snapshot import REPLICA_TAG, Options, build, needed, waiting
+from gpualloc.slurm.snapshot import REPLICA_TAG, Options, Snapshot, build, needed, waiting
 
 
 def add_options(p) -> None:
@@ -62,6 +62,11 @@ def add_options(p) -> None:
                    help="what a replica job runs ({seconds}: its time limit)")
     p.add_argument("--replica-minutes", type=int, default=1440,
                    help="time limit of a replica job (it runs until the demand falls)")
+    p.add_argument("--pin-replicas", action="store_true",
+                   help="keep each replica where it runs while the demand keeps it (the plan "
+                        "works around it); by default serve moves a replica whose GPUs the "
+                        "plan gives to other work (cancelled there, started where the plan "
+                        "places the service)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="stop the allocator's search on the clock too (default: its budget "
@@ -79,12 +84,16 @@ class Actions:
     requeue: list[int] = field(default_factory=list)
     cancel: list[int] = field(default_factory=list)
     """Replica jobs of gpualloc's own above the demand."""
+    move: list[int] = field(default_factory=list)
+    """Replica jobs of gpualloc's own on GPUs the plan gives to other work:
+    cancelled (the new replicas start where the plan places the service)."""
 
     def lines(self) -> list[str]:
         return ([f"release job {j} on {','.join(n)}" for j, n in self.release]
                 + [f"replica of {s} on {n} ({g} GPUs)" for s, n, g, _ in self.replicas]
                 + [f"requeue held job {j}" for j in self.requeue]
-                + [f"cancel replica job {j} (above demand)" for j in self.cancel])
+                + [f"cancel replica job {j} (above demand)" for j in self.cancel]
+                + [f"cancel replica job {j} (its GPUs go to other work)" for j in self.move])
 
 
 def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
@@ -95,17 +104,76 @@ def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
     return [j for j in jobs if j.state == "RUNNING" or j.held or waiting(j)]
 
 
-def decide(snap, plan: torch.Tensor) -> Actions:
-    """The actions of the plan's first step (column 0 of the (G, T) plan)."""
-    s = snap.scenario
+def node_of_gpu(s) -> torch.Tensor:
+    """(G,) the node index of each GPU."""
     per_node = [p.gpus_per_node for p in s.pools for _ in range(p.count)]
-    node_of = torch.repeat_interleave(torch.arange(len(per_node)), torch.tensor(per_node))  # (G,)
-    now = plan[:, 0]  # (G,)
+    return torch.repeat_interleave(torch.arange(len(per_node)), torch.tensor(per_node))
+
+
+def _counts(col: torch.Tensor, k: int, snap, node_of: torch.Tensor) -> list[int]:
+    """Service k's replicas on each node in the column, the fixed ones (a
+    user's, never moved) aside."""
+    gpus = snap.scenario.jobs[k].gpus
+    mine = (col == k) & (snap.scenario.fixed[:, 0] != k)  # (G,)
+    return [int((mine & (node_of == n)).sum()) // gpus for n in range(len(snap.nodes))]
+
+
+def _have(snap, k: int) -> list[int]:
+    """Service k's movable replicas on each node."""
+    return [sum(1 for _, n in snap.replicas.get(k, []) if n == name) for name in snap.nodes]
+
+
+def settle(col: torch.Tensor, snap) -> torch.Tensor:
+    """The column `col` (G,) with each service's replicas moved, as few as
+    the column allows, to the nodes where its movable replicas run
+    (`snap.replicas`): a replica the plan puts on a node where none of them
+    runs goes instead to a node where one runs and the column leaves an
+    idle block. Each service's count and every other job's GPUs are
+    unchanged; each such move keeps a replica running instead of
+    cancelling it and starting another."""
+    col = col.clone()
+    s = snap.scenario
+    node_of = node_of_gpu(s)
+    fixed = s.fixed[:, 0]  # (G,)
+    for k in snap.replicas:
+        gpus = s.jobs[k].gpus
+        if gpus > min(p.gpus_per_node for p in s.pools):
+            continue  # whole nodes: serve starts replicas on one node only
+        have, count = _have(snap, k), _counts(col, k, snap, node_of)
+        short = [n for n in range(len(have)) if count[n] > have[n]]  # starts there
+        for n in range(len(have)):
+            while have[n] > count[n] and short:
+                idle = ((col == bridge.IDLE) & (node_of == n)).nonzero().flatten().tolist()
+                block = next((idle[i:i + gpus] for i in range(len(idle) - gpus + 1)
+                              if idle[i + gpus - 1] - idle[i] == gpus - 1), None)
+                if block is None:
+                    break
+                d = short[-1]
+                drop = ((col == k) & (fixed != k) & (node_of == d)).nonzero().flatten()[-gpus:]
+                col[drop] = bridge.IDLE
+                col[block] = k
+                count[n] += 1
+                count[d] -= 1
+                if count[d] == have[d]:
+                    short.pop()
+    return col
+
+
+def plan_step(snap, policy: str, cfg) -> torch.Tensor:
+    """(G,) the column serve takes now: the plan's first step, the services'
+    replicas settled on the nodes where theirs run (`settle`)."""
+    return settle(bridge.plan_now(snap.scenario, policy, cfg)[:, 0], snap)
+
+
+def decide(snap, now: torch.Tensor) -> Actions:
+    """The actions of the column `now` (G,), the plan's first step."""
+    s = snap.scenario
+    node_of = node_of_gpu(s)
     fixed = s.fixed[:, 0]  # (G,)
     acts = Actions()
     for k, job in enumerate(s.jobs):
-        mine = (now == k).nonzero().flatten()
         if job.rigid:
+            mine = (now == k).nonzero().flatten()
             ids = snap.slurm_ids[k]
             running = bool((s.fixed == k).any())
             if not running and len(mine) and ids:
@@ -116,12 +184,16 @@ def decide(snap, plan: torch.Tensor) -> Actions:
                   and bool((fixed == k).any())):
                 acts.requeue.append(ids[0])
             continue
-        # A service: a new replica on every block of its new GPUs.
-        new = ((now == k) & (fixed != k)).nonzero().flatten().tolist()
-        for b in range(0, len(new), job.gpus):
-            g = new[b]
-            acts.replicas.append((job.id, snap.nodes[int(node_of[g])], job.gpus,
-                                  (job.gpu_types or [None])[0]))
+        # A service: its movable replicas kept on the nodes where the column has
+        # them (the oldest), the others cancelled; a new one for each block
+        # it adds on a node.
+        where = snap.replicas.get(k, [])
+        for n, (name, count) in enumerate(zip(snap.nodes, _counts(now, k, snap, node_of))):
+            here = [j for j, node in where if node == name]
+            acts.move += here[count:]
+            acts.replicas += [(job.id, name, job.gpus, (job.gpu_types or [None])[0])] * max(
+                0, count - len(here))
+        acts.move += [j for j, node in where if node not in snap.nodes]
     return acts
 
 
@@ -130,7 +202,7 @@ def act(slurm: Slurm, acts: Actions, a) -> list[str]:
     refuses to pin or release stays held."""
     failed = []
     try:
-        slurm.cancel(acts.cancel)
+        slurm.cancel(acts.cancel + acts.move)
     except Exception as e:  # noqa: BLE001 - SlurmUnreachable, reported, the loop goes on
         failed.append(f"cancel replicas: {e}")
     for j, nodes in acts.release:
@@ -173,17 +245,18 @@ def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int, now: flo
 
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
               demand: list[dict] | None):
-    """One step: snapshot, plan, decide. Returns (snapshot, plan, actions, jobs)."""
+    """One step: snapshot, plan, decide. Returns (snapshot, the column taken
+    now, actions, jobs)."""
     if demand is not None:  # the curves from this step on
         o.demand = [{**d, "demand": list(d["demand"][step:]) or [0]} for d in demand]
     jobs = slurm.jobs()
     nodes = slurm.nodes()
     drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
     snap = build(nodes, [j for j in managed(jobs) if j.id not in drop], o, now)
-    plan = bridge.plan_now(snap.scenario, policy, cfg)
-    acts = decide(snap, plan)
+    now_col = plan_step(snap, policy, cfg)
+    acts = decide(snap, now_col)
     acts.cancel = drop
-    return snap, plan, acts, jobs
+    return snap, now_col, acts, jobs
 
 
 def main(a) -> int:
@@ -191,6 +264,7 @@ def main(a) -> int:
     if a.time_limit is not None and not a.time_limit > 0:
         raise UsageError(f"--time-limit {a.time_limit:g}: must be above 0 seconds")
     o = snapshot_options(a)
+    o.move_replicas = not a.pin_replicas
     demand = o.demand
     slurm = Slurm(a.slurm_conf)
     step_s = a.step_seconds or o.step_minutes * 60.0
@@ -210,7 +284,7 @@ def main(a) -> int:
         wait = boundary - a.lead_seconds - time.time()
         if wait > 0:
             _sleep_recording(slurm, wait, a.recorded, seen)
-        snap, plan, acts, jobs = step_once(slurm, o, a.policy, cfg, boundary, step, demand)
+        snap, _, acts, jobs = step_once(slurm, o, a.policy, cfg, boundary, step, demand)
         if a.recorded:
             record_once(jobs, a.recorded, seen)
         if a.dry_run:
@@ -222,7 +296,8 @@ def main(a) -> int:
         if not a.quiet:
             held = sum(1 for j in jobs if j.held)
             print(f"step {step}: {len(acts.release)} released, {len(acts.replicas)} replicas "
-                  f"started, {len(acts.cancel)} cancelled, "
+                  f"started, {len(acts.cancel)} cancelled above demand, {len(acts.move)} "
+                  f"cancelled for other work, "
                   f"{len(acts.requeue)} requeued, {held} held before", flush=True)
         if a.dry_run and a.steps is None:
             break  # a dry run shows one step
@@ -248,24 +323,28 @@ def _sleep_recording(slurm: Slurm, seconds: float, path: str | None, seen: dict)
         time.sleep(min(1.0, max(left, 0)))
 
 
-def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
+def simulate(s, policy: str, cfg, horizon: int | None = None,
+             move_replicas: bool = True) -> torch.Tensor:
     """(G, T) what `serve` does with the scenario `s` when Slurm does exactly
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
-    the rest of their run; the service's replicas of the last step, up to
-    this step's demand, fixed while the demand keeps them; the demand from
-    this step on, its last value repeated), the policy's plan of it, and
-    the plan's first step taken. A replica stays where it runs while the
-    demand keeps it, as the snapshot holds it (`snapshot.needed`: serve
-    cancels replicas above a step's demand). Against this, an executed run measures what Slurm's execution
-    (timing, placement inside nodes) changes; against gpualloc's online
-    loop (gpualloc.online), what serve's simpler loop changes."""
+    the rest of their run; the demand from this step on, its last value
+    repeated), its column (`plan_step`), taken. The service's replicas of
+    the last step, up to this step's demand (the lowest blocks), are
+    serve's own: with `move_replicas` (serve's default) movable
+    (`Options.move_replicas`), else each fixed where it runs while the
+    demand keeps it (`snapshot.needed`, serve's --pin-replicas). Against
+    this, an executed run measures what Slurm's execution (timing,
+    placement inside nodes) changes; against gpualloc's online loop
+    (gpualloc.online), what serve's simpler loop changes."""
     H = horizon or s.T
     owner = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
+    node_of = node_of_gpu(s)
+    names = [f"node{n}" for n in range(int(node_of.max()) + 1)]
     start: dict[int, int] = {}  # rigid job -> first GPU
     docs_all = s.to_dict()["jobs"]
     for k in range(s.T):
-        docs, index, cells = [], [], []
+        docs, index, cells, loose = [], [], [], {}
         for j, job in enumerate(s.jobs):
             if job.arrival > k:
                 continue
@@ -281,21 +360,25 @@ def simulate(s, policy: str, cfg, horizon: int | None = None) -> torch.Tensor:
             else:
                 dem = list(job.demand[k:H + k])
                 d["demand"] = dem + [dem[-1]] * (H - len(dem))
-                if k:  # last step's replicas, the lowest blocks up to this step's demand,
-                    # each held while the demand keeps it (as the snapshot holds them)
-                    held = (owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
-                    for r in range(len(held) // job.gpus):
-                        cells.append((len(docs), held[r * job.gpus:(r + 1) * job.gpus],
-                                      needed(d["demand"], r)))
+                held = ((owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
+                        if k else torch.empty(0, dtype=torch.long))
+                blocks = [held[r * job.gpus:(r + 1) * job.gpus]
+                          for r in range(len(held) // job.gpus)]
+                if move_replicas and blocks:
+                    loose[len(docs)] = blocks
+                else:
+                    cells += [(len(docs), b, needed(d["demand"], r)) for r, b in enumerate(blocks)]
                 docs.append(d)
             index.append(j)
-        doc = {**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs}
-        view = bridge.from_dict(doc)
-        fixed = torch.full((view.G, H), bridge.IDLE, dtype=torch.long)  # (G, H)
+        view = bridge.from_dict({**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs})
+        view.fixed = torch.full((view.G, H), bridge.IDLE, dtype=torch.long)  # (G, H)
         for vj, gpus, steps in cells:
-            fixed[gpus, :steps] = vj
-        view.fixed = fixed
-        col = bridge.plan_now(view, policy, cfg)[:, 0]  # (G,)
+            view.fixed[gpus, :steps] = vj
+        snap = Snapshot(scenario=view, nodes=names, slurm_ids=[[] for _ in docs], report=[],
+                        renumbered=[],
+                        replicas={vj: [(-1, names[int(node_of[b[0]])]) for b in blocks]
+                                  for vj, blocks in loose.items()})
+        col = plan_step(snap, policy, cfg)
         for vj, j in enumerate(index):
             mine = (col == vj).nonzero().flatten()
             job = s.jobs[j]

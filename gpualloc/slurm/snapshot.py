@@ -58,6 +58,12 @@ class Options:
     """A running rigid job expected to end within this many seconds of now
     (either side) is taken as finished: its GPUs are free at step 0 (serve
     snapshots just before a step boundary, where jobs end)."""
+    move_replicas: bool = False
+    """serve's own replicas of a `demand` service (REPLICA_TAG) are not fixed
+    where they run: the plan places the service's replicas where it likes
+    (PROBLEM.md: they may move between timesteps) and serve moves those the
+    plan puts elsewhere (`Snapshot.replicas`). False: each is held where it
+    runs while the demand keeps it."""
 
 
 @dataclass
@@ -73,6 +79,10 @@ class Snapshot:
     on_way: list[int] = field(default_factory=list)
     """Rigid scenario jobs fixed where they wait to start (pending, pinned,
     not held): released already, they are neither released nor requeued."""
+    replicas: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    """With `Options.move_replicas`: service -> its movable replicas (Slurm
+    job, node), running before pending, oldest first; not fixed in the
+    scenario."""
 
 
 def _hint_kind(j: SlurmJob, o: Options) -> tuple[str | None, str]:
@@ -210,6 +220,8 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     services: dict[str, int] = {}
     on_way: list[int] = []
     replicas: list[tuple[int, SlurmJob, int, int]] = []  # service, job, its cells [a, b)
+    movable: dict[int, list[SlurmJob]] = {}
+    loose: set[int] = set()  # fixed_cells of movable replicas: placed in the packing only
     for svc in o.demand or []:
         d = dict(svc)
         dem = list(d.get("demand", []))[:T]
@@ -259,7 +271,11 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                     a = len(fixed_cells)
                     if _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                               report, tag, step_s, now):
-                        replicas.append((k, j, a, len(fixed_cells)))
+                        if o.move_replicas and REPLICA_TAG in j.comment and not docs[k].get("_count"):
+                            movable.setdefault(k, []).append(j)
+                            loose.update(range(a, len(fixed_cells)))
+                        else:
+                            replicas.append((k, j, a, len(fixed_cells)))
                 continue
             if j.node_count > 1 and j.gpus_per_node and any(
                     j.gpus_per_node != per_node[i] for i in range(len(per_node))
@@ -302,8 +318,8 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
     fixed = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
     renumbered = []
     by_node: dict[int, list[tuple[int, list[int], int, str]]] = {}
-    for k, node, gpus, steps, who in fixed_cells:
-        by_node.setdefault(node_index[node], []).append((k, gpus, steps, who))
+    for i, (k, node, gpus, steps, who) in enumerate(fixed_cells):
+        by_node.setdefault(node_index[node], []).append((k, gpus, 0 if i in loose else steps, who))
     for n, items in by_node.items():
         first, moved = pack_node([g for _, g, _, _ in items], per_node[n])
         if sum(len(g) for _, g, _, _ in items) > per_node[n]:  # Slurm's running jobs alone
@@ -317,8 +333,11 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
             g0 = first_gpu[n] + f
             fixed[g0:g0 + len(gpus), :min(steps, T)] = k
     s.fixed = fixed
+    places = {k: [(j.id, (j.nodes if j.state == "RUNNING" else j.required_nodes)[0])
+                  for j in sorted(js, key=lambda j: (j.state != "RUNNING", j.id))]
+              for k, js in movable.items()}
     return Snapshot(scenario=s, nodes=order, slurm_ids=ids, report=report, renumbered=renumbered,
-                    on_way=on_way)
+                    on_way=on_way, replicas=places)
 
 
 def _finishing(j: SlurmJob, o: Options, step_s: float, now: float) -> bool:
