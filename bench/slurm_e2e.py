@@ -9,8 +9,9 @@ host), four ways, each read back from Slurm and judged by the checker:
 3. `serve-greedy`, 4. `serve-allocator`: jobs submitted held, gpualloc's
    `serve` releasing them on planned nodes and keeping the replicas.
 
-    python -m bench.slurm_e2e            # 40 steps of 3 s, about 70 jobs
-    python -m bench.slurm_e2e --quick    # 8 steps, about 15 jobs (under 3 minutes)
+    python -m bench.slurm_e2e              # 40 steps of 3 s, 70 jobs
+    python -m bench.slurm_e2e --jobs 130   # the same steps, contended (offered load 1.4)
+    python -m bench.slurm_e2e --quick      # 8 steps, 14 jobs (under 3 minutes)
 
 Every way runs on a fresh lab of its own (its own folder and state, the
 scheduler it needs), brought up and down by gpualloc.slurm.lab, root.
@@ -80,6 +81,13 @@ def workload(seed: int, T: int, jobs: int):
                              "cluster": {"pools": [{"name": "lab", "count": 8, "gpus_per_node": 8,
                                                     "gpu_type": "h100", "memory_gb": 80}]},
                              "jobs": docs})
+
+
+def offered_load(s) -> float:
+    """The rigid jobs' GPU-steps over what the service's demand leaves."""
+    rigid = sum(j.gpus * j.duration for j in s.jobs if j.rigid)
+    service = sum(j.gpus * sum(j.demand) for j in s.jobs if not j.rigid)
+    return rigid / max(s.G * s.T - service, 1)
 
 
 def reserve_nodes(s) -> list[str]:
@@ -237,9 +245,11 @@ def table(result: dict) -> str:
     c = result["config"]
     lines = [f"# Slurm end to end ({'quick' if c['quick'] else 'full'})", "",
              f"Workload `{result['scenario']}`: {c['jobs']} rigid jobs and one real-time service "
-             f"on 8 nodes x 8 GPUs, {c['steps']} steps of {c['step_s']:g} s, seed {c['seed']}. "
-             f"Each way on a fresh lab Slurm 22.05 cluster; what ran is read back "
-             f"(`executed`) and checked (rules 1-3).", "",
+             f"on 8 nodes x 8 GPUs, {c['steps']} steps of {c['step_s']:g} s, seed {c['seed']}"
+             + (f", offered load {c['offered_load']:.2f} (the rigid jobs' GPU-steps over "
+                "what the demand leaves)" if "offered_load" in c else "") + ". "
+             "Each way on a fresh lab Slurm 22.05 cluster; what ran is read back "
+             "(`executed`) and checked (rules 1-3).", "",
              "| way | feasible | utilization % executed / predicted | weighted throughput "
              "executed / predicted | gap | serve's loop simulated (gap) | real-time served "
              "executed / predicted | jobs started | worst start offset (steps) |",
@@ -280,12 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, help="rigid jobs (default 70; 14 with --quick)")
     ap.add_argument("--ways", default=",".join(WAYS))
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--lab", type=Path, default=Path(os.environ.get(
         "GPUALLOC_SLURM_BENCH_LAB", "/tmp/gpualloc-slurm-bench")))
     a = ap.parse_args(argv)
     T, jobs, step_s = (8, 14, 3.0) if a.quick else (40, 70, 3.0)
+    if a.jobs is not None:
+        if a.jobs < 1:
+            print(f"error: --jobs {a.jobs}: at least 1", file=sys.stderr)
+            return 2
+        jobs = a.jobs
     ways = [w for w in a.ways.split(",") if w]
     bad = [w for w in ways if w not in WAYS]
     if bad:
@@ -294,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     s = workload(a.seed, T, jobs)
     result = {**provenance("bench.slurm_e2e", argv), "scenario": s.name,
               "config": {"quick": a.quick, "steps": T, "jobs": jobs, "step_s": step_s,
-                         "seed": a.seed},
+                         "seed": a.seed, "offered_load": offered_load(s)},
               "predicted": predictions(s, a.seed), "ways": {}}
     try:
         for way in ways:
@@ -307,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         for way in WAYS:
             lab.down(a.lab / way)
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write_results(a.out, "slurm_e2e_quick" if a.quick else "slurm_e2e", result, table(result))
+    stem = "slurm_e2e_quick" if a.quick else "slurm_e2e"
+    if a.jobs is not None:
+        stem += f"_{jobs}jobs"
+    write_results(a.out, stem, result, table(result))
     return 0 if all(r["feasible"] for r in result["ways"].values()) else 1
 
 
