@@ -396,7 +396,7 @@ def test_serve_moves_its_own_replicas_where_the_plan_gives_their_gpus_other_work
         chat = [j.id for j in s.jobs].index("chat")
         assert int((s.fixed[:, 0] == chat).sum()) == (2 if move else 6)  # the user's stay
         assert snap.replicas == ({chat: [(1, "n1"), (2, "n1")]} if move else {})
-        col = plan_step(snap, "greedy", cfg)
+        col, _ = plan_step(snap, "greedy", cfg)
         assert int((col == chat).sum()) == 6  # the whole demand served either way
         acts = decide(snap, col)
         if move:
@@ -432,3 +432,33 @@ def test_settle_keeps_replicas_on_their_nodes_where_the_column_leaves_room():
     assert out[:2].tolist() == [1, 1] and int((out == 0).sum()) == 2
     full = torch.tensor([1, 1, 2, 2, 0, 0, -1, -1])  # n1 has no room: they move
     assert torch.equal(settle(full, snap), full)
+
+
+def test_the_last_plan_carried_into_the_next_steps_view():
+    import torch
+
+    from gpualloc.slurm import bridge
+    from gpualloc.slurm.serve import carried
+    s = bridge.from_dict({
+        "name": "next", "horizon": 3, "step_minutes": 60,
+        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 2, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": [{"id": id_, "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
+                  "duration": 2} for id_ in ("b", "c")]})
+    plan = torch.tensor([[0, 0, 1, 1],    # jobs of the last view: a, b
+                         [-1, 1, 1, -1]])
+    out = carried((plan, ["a", "b"], 1), s)
+    # One step on: a is gone (idle), b is job 0 here, the view's last step idle.
+    assert out.tolist() == [[-1, 0, 0], [0, 0, -1]]
+    # plan_step gives it to the policy as the view's hint (the allocator's
+    # search competes with it, as at the online loop's replans).
+    from gpualloc.config import RunConfig
+    from gpualloc.slurm.serve import plan_step
+    from gpualloc.slurm.snapshot import Snapshot
+    s.fixed = torch.full((2, 3), bridge.IDLE, dtype=torch.long)
+    snap = Snapshot(scenario=s, nodes=["n1"], slurm_ids=[[], []], report=[], renumbered=[])
+    cfg = RunConfig(device="cpu")
+    cfg.solver.progress = False
+    col, (plan, ids) = plan_step(snap, "allocator", cfg, (plan, ["a", "b"], 1))
+    assert torch.equal(s.hint, out) and ids == ["b", "c"] and plan.shape == (2, 3)
+    assert sorted(col.tolist()) == [0, 1]  # both start now, one GPU each

@@ -16,9 +16,13 @@ plan's first step:
 - a real-time service (`--demand`) keeps replica jobs (its own, tagged
   `gpualloc=replica` in their comment) up to the demand of the step: a
   new one on the planned node for each replica the plan adds
-  (`sbatch -w NODE`; while it waits to start it counts on that node), and
-  its own replicas cancelled where they are above the demand (the newest
-  first) or have waited a whole step without starting;
+  (`sbatch -w NODE`), and its own replicas cancelled where they are above
+  the demand (the newest first) or have waited a whole step without
+  starting. The plan places the service freely (its replicas may move
+  between steps, PROBLEM.md): serve keeps its replicas on their nodes as
+  far as the plan's first step leaves room (`settle`) and cancels the
+  others, whose GPUs the plan gives to other work (`--pin-replicas`:
+  each is fixed where it runs while the demand keeps it, instead);
 - a running job marked `preemptible=1` in its comment that the plan cuts is
   requeued held (`scontrol requeuehold`), to be released again later.
 
@@ -159,10 +163,32 @@ def settle(col: torch.Tensor, snap) -> torch.Tensor:
     return col
 
 
-def plan_step(snap, policy: str, cfg) -> torch.Tensor:
-    """(G,) the column serve takes now: the plan's first step, the services'
-    replicas settled on the nodes where theirs run (`settle`)."""
-    return settle(bridge.plan_now(snap.scenario, policy, cfg)[:, 0], snap)
+def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
+    """((G,) the column serve takes now, (the plan, its jobs' ids)): the
+    plan's first step, the services' replicas settled on the nodes where
+    theirs run (`settle`). `last` = (the plan of a step before, its jobs'
+    ids, steps since) is the allocator's hint, as at the online loop's
+    replans (`Scenario.hint`: a start its search competes with, so a step's
+    plan does not throw away the last one's)."""
+    s = snap.scenario
+    if last is not None:
+        s.hint = carried(last, s)
+    plan = bridge.plan_now(s, policy, cfg)
+    return settle(plan[:, 0], snap), (plan, [j.id for j in s.jobs])
+
+
+def carried(last, s) -> torch.Tensor:
+    """The plan of `last` = (plan, its jobs' ids, steps since) in `s`'s job
+    indices and steps (jobs `s` no longer has, and any GPU count but
+    `s`'s: idle)."""
+    plan, ids, since = last
+    view = {i: k for k, i in enumerate(j.id for j in s.jobs)}
+    to_view = torch.tensor([view.get(i, bridge.IDLE) for i in ids] + [bridge.IDLE])  # (J' + 1,)
+    grid = plan[:, since:since + s.T]
+    out = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)
+    if grid.shape[0] == s.G:
+        out[:, :grid.shape[1]] = to_view[grid]  # IDLE (-1) reads the last entry: IDLE
+    return out
 
 
 def decide(snap, now: torch.Tensor) -> Actions:
@@ -188,12 +214,11 @@ def decide(snap, now: torch.Tensor) -> Actions:
         # them (the oldest), the others cancelled; a new one for each block
         # it adds on a node.
         where = snap.replicas.get(k, [])
-        for n, (name, count) in enumerate(zip(snap.nodes, _counts(now, k, snap, node_of))):
+        for name, count in zip(snap.nodes, _counts(now, k, snap, node_of)):
             here = [j for j, node in where if node == name]
             acts.move += here[count:]
             acts.replicas += [(job.id, name, job.gpus, (job.gpu_types or [None])[0])] * max(
                 0, count - len(here))
-        acts.move += [j for j, node in where if node not in snap.nodes]
     return acts
 
 
@@ -244,19 +269,20 @@ def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int, now: flo
 
 
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
-              demand: list[dict] | None):
-    """One step: snapshot, plan, decide. Returns (snapshot, the column taken
-    now, actions, jobs)."""
+              demand: list[dict] | None, last=None):
+    """One step: snapshot, plan (`last`: see plan_step), decide. Returns
+    (snapshot, the column taken now, actions, jobs, (the plan, its jobs'
+    ids))."""
     if demand is not None:  # the curves from this step on
         o.demand = [{**d, "demand": list(d["demand"][step:]) or [0]} for d in demand]
     jobs = slurm.jobs()
     nodes = slurm.nodes()
     drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
     snap = build(nodes, [j for j in managed(jobs) if j.id not in drop], o, now)
-    now_col = plan_step(snap, policy, cfg)
+    now_col, planned = plan_step(snap, policy, cfg, last)
     acts = decide(snap, now_col)
     acts.cancel = drop
-    return snap, now_col, acts, jobs
+    return snap, now_col, acts, jobs, planned
 
 
 def main(a) -> int:
@@ -279,12 +305,16 @@ def main(a) -> int:
     print(f"serve: since {since:.3f}, steps of {step_s:g} s, policy {a.policy}"
           f"{', dry run' if a.dry_run else ''}", flush=True)
     step = max(0, int((time.time() - since) // step_s))
+    planned = made = None  # the last step's plan, its jobs' ids; its step
     while a.steps is None or step < a.steps:
         boundary = since + step * step_s
         wait = boundary - a.lead_seconds - time.time()
         if wait > 0:
             _sleep_recording(slurm, wait, a.recorded, seen)
-        snap, _, acts, jobs = step_once(slurm, o, a.policy, cfg, boundary, step, demand)
+        last = None if planned is None else (*planned, step - made)
+        snap, _, acts, jobs, planned = step_once(slurm, o, a.policy, cfg, boundary, step, demand,
+                                                 last)
+        made = step
         if a.recorded:
             record_once(jobs, a.recorded, seen)
         if a.dry_run:
@@ -329,7 +359,8 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
     the rest of their run; the demand from this step on, its last value
-    repeated), its column (`plan_step`), taken. The service's replicas of
+    repeated), its column (`plan_step`, the last step's plan its hint),
+    taken. The service's replicas of
     the last step, up to this step's demand (the lowest blocks), are
     serve's own: with `move_replicas` (serve's default) movable
     (`Options.move_replicas`), else each fixed where it runs while the
@@ -342,6 +373,7 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     node_of = node_of_gpu(s)
     names = [f"node{n}" for n in range(int(node_of.max()) + 1)]
     start: dict[int, int] = {}  # rigid job -> first GPU
+    planned = None  # the last step's plan, its jobs' ids
     docs_all = s.to_dict()["jobs"]
     for k in range(s.T):
         docs, index, cells, loose = [], [], [], {}
@@ -378,7 +410,8 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                         renumbered=[],
                         replicas={vj: [(-1, names[int(node_of[b[0]])]) for b in blocks]
                                   for vj, blocks in loose.items()})
-        col = plan_step(snap, policy, cfg)
+        col, planned = plan_step(snap, policy, cfg,
+                                 None if planned is None else (*planned, 1))
         for vj, j in enumerate(index):
             mine = (col == vj).nonzero().flatten()
             job = s.jobs[j]
