@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -214,3 +213,51 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
         assert m["replicas_served"] > 0
     finally:
         cancel(slurm, ids + [j.id for j in slurm.jobs() if j.name == chat.id])
+
+
+def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
+    """Two of serve's replicas on n1, n2 with two GPUs free, n3-n8 full: a
+    held 8-GPU job fits only on n1. serve moves the replicas to n2 and
+    starts the job on n1; with --pin-replicas it starts nothing."""
+    slurm = need_lab()
+    t = tag()
+    ids = [sbatch(slurm, "-J", f"{t}-fill{n}", "-w", f"n{n}", f"--gres=gpu:{6 if n == 2 else 8}",
+                  "-t", "10", "--wrap", "sleep 600") for n in range(2, 9)]
+    ours = [sbatch(slurm, "-J", f"{t}-chat", "-w", "n1", "--gres=gpu:1", "-t", "10",
+                   "--comment", f"service={t}-chat gpualloc=replica", "--wrap", "sleep 600")
+            for _ in range(2)]
+    train = sbatch(slurm, "--hold", "-J", f"{t}-train", "--gres=gpu:8", "-t", "10",
+                   "--comment", "kind=training priority=10 duration=4", "--wrap", "sleep 1")
+    try:
+        end = time.time() + 60
+        while any(j.state != "RUNNING" for j in slurm.jobs() if j.id in ids + ours):
+            assert time.time() < end, "the lab's jobs did not start"
+            time.sleep(0.3)
+        demand = tmp_path / "demand.json"
+        demand.write_text(json.dumps({"jobs": [{
+            "id": f"{t}-chat", "kind": "realtime_inference", "priority": 1, "gpus": 1,
+            "demand": [2] * 6}]}))
+        common = ["--policy", "greedy", "--step-seconds", "60", "--horizon", "6",
+                  "--demand", str(demand)]
+        p = run_cli("serve", "--dry-run", "--pin-replicas", *common, slurm=slurm)
+        assert p.returncode == 0, p.stderr
+        assert "0 released, 0 replicas started, 0 cancelled above demand, 0 cancelled for " \
+               "other work" in p.stdout, p.stdout
+        p = run_cli("serve", "--steps", "1", *common, slurm=slurm)
+        assert p.returncode == 0 and "not done" not in p.stdout, p.stdout + p.stderr
+        assert "0 cancelled above demand, 2 cancelled for other work" in p.stdout, p.stdout
+        end = time.time() + 30
+        while True:
+            jobs = {j.id: j for j in slurm.jobs()}
+            new = [j for j in jobs.values() if j.name == f"{t}-chat" and j.id not in ours]
+            if jobs[train].state in ("RUNNING", "COMPLETED") and all(
+                    j.state == "RUNNING" for j in new) and len(new) == 2:
+                break
+            assert time.time() < end, [(j.id, j.state, j.reason) for j in jobs.values()]
+            time.sleep(0.3)
+        assert jobs[train].nodes == ["n1"] or jobs[train].state == "COMPLETED"
+        assert all(j.nodes == ["n2"] for j in new)
+        assert all(jobs[i].state not in ("PENDING", "RUNNING") for i in ours)
+    finally:
+        cancel(slurm, ids + ours + [train]
+               + [j.id for j in slurm.jobs() if j.name == f"{t}-chat"])
