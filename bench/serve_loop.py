@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, provenance, write_results
-from bench.online_traces import CONTENDED
+from bench.online_traces import CONTENDED, TRACES, WINDOWS
 
 WAYS = ("greedy", "allocator", "greedy pinned", "allocator pinned", "online loop")
 
@@ -51,35 +51,39 @@ def replica_moves(s, owner) -> int:
     return total
 
 
-def measure(scenarios: list[str], seeds: list[int]) -> list[dict]:
+def measure(scenarios: list[str], seeds: list[int], windows: list[str] = ()) -> list[dict]:
+    """Each of the seven's `scenarios` with each seed, then each real-trace
+    window (bench.online_traces.WINDOWS, seed 0)."""
     import gpualloc as ga
     from gpualloc.check import check
     from gpualloc.slurm import bridge
     from gpualloc.slurm.serve import simulate
 
     rows = []
-    for name in scenarios:
-        for seed in seeds:
-            s = ga.generate(name, seed=seed)
-            cfg = bridge.serve_config(seed)
-            ways = {"greedy": lambda: simulate(s, "greedy", cfg),
-                    "allocator": lambda: simulate(s, "allocator", cfg),
-                    "greedy pinned": lambda: simulate(s, "greedy", cfg, move_replicas=False),
-                    "allocator pinned":
-                        lambda: simulate(s, "allocator", cfg, move_replicas=False),
-                    "online loop": lambda: bridge.simulate_online(s, "allocator", seed)}
-            row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {}}
-            for way, run in ways.items():
-                start = time.perf_counter()
-                owner = run()
-                row["wall_s"][way] = time.perf_counter() - start
-                verdict = check(s, owner)
-                assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
-                row["value"][way] = bridge.metrics(s, owner)["weighted_throughput"]
-                if way in ("greedy", "allocator"):
-                    row["moves"][way] = replica_moves(s, owner) / s.T
-            rows.append(row)
-            print(name, seed, row["value"], flush=True)
+    runs = [(name, seed, lambda name=name, seed=seed: ga.generate(name, seed=seed))
+            for name in scenarios for seed in seeds]
+    runs += [(w, 0, lambda w=w: ga.load(TRACES / f"{w}.json")) for w in windows]
+    for name, seed, load in runs:
+        s = load()
+        cfg = bridge.serve_config(seed)
+        ways = {"greedy": lambda: simulate(s, "greedy", cfg),
+                "allocator": lambda: simulate(s, "allocator", cfg),
+                "greedy pinned": lambda: simulate(s, "greedy", cfg, move_replicas=False),
+                "allocator pinned":
+                    lambda: simulate(s, "allocator", cfg, move_replicas=False),
+                "online loop": lambda: bridge.simulate_online(s, "allocator", seed)}
+        row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {}}
+        for way, run in ways.items():
+            start = time.perf_counter()
+            owner = run()
+            row["wall_s"][way] = time.perf_counter() - start
+            verdict = check(s, owner)
+            assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
+            row["value"][way] = bridge.metrics(s, owner)["weighted_throughput"]
+            if way in ("greedy", "allocator"):
+                row["moves"][way] = replica_moves(s, owner) / s.T
+        rows.append(row)
+        print(name, seed, row["value"], flush=True)
     return rows
 
 
@@ -114,7 +118,10 @@ def markdown(result: dict) -> str:
              "lower. `pinned`: serve --pin-replicas (each replica held where it runs while "
              "the demand keeps it; serve before s80); `online loop`: gpualloc's online loop, "
              "oracle demand, every step. Moves: replica moves a step (a replica stopped on "
-             "one node while one starts on another), greedy / allocator.", "",
+             "one node while one starts on another), greedy / allocator."
+             + ("" if not result.get("windows") else " Real-trace windows (seed 0; "
+                "bench/traces, see bench.online_traces): " + ", ".join(
+                    f"`{w}` ({WINDOWS[w]})" for w in result["windows"]) + "."), "",
              "| scenario | runs | " + " | ".join(f"{w} | below" for w in others)
              + " | moves a step | time " + " / ".join(WAYS) + " (s) |",
              "|---|---|" + "---|---|" * len(others) + "---|---|"]
@@ -136,11 +143,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", nargs="+", default=CONTENDED)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--windows", nargs="*", default=[], choices=list(WINDOWS),
+                    help="real-trace windows too (seed 0 each; their role in WINDOWS)")
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
-    rows = measure(args.scenarios, args.seeds)
-    result = {"seeds": args.seeds, "rows": rows, "summary": summarize(rows),
+    rows = measure(args.scenarios, args.seeds, args.windows)
+    result = {"seeds": args.seeds, "windows": args.windows, "rows": rows,
+              "summary": summarize(rows),
               **provenance("bench.serve_loop", argv)}
     write_results(args.out, "serve_loop" + args.tag, result, markdown(result))
     return 0
