@@ -141,7 +141,7 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", nargs="+", default=CONTENDED)
+    ap.add_argument("--scenarios", nargs="*", default=CONTENDED)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--windows", nargs="*", default=[], choices=list(WINDOWS),
                     help="real-trace windows too (seed 0 each; their role in WINDOWS)")
