@@ -110,7 +110,9 @@ def markdown(result: dict) -> str:
              f"Commit {result['commit']}, {result['date']}; machine: "
              f"{result['machine']['cpu']}, {result['machine']['cores']} cores "
              f"(`{result['command']}`).", "",
-             f"Seeds {result['seeds']}. At each step the view serve would snapshot, the "
+             (f"Seeds {result['seeds']} of the seven's contended scenarios. "
+              if any(r["scenario"] not in result.get("windows", []) for r in result["rows"])
+              else "") + "At each step the view serve would snapshot, the "
              "policy's plan of it (true demand curves), its first step taken "
              "(`gpualloc.slurm.serve.simulate`), with serve's settings (the online loop's "
              "full replan). Lead: the way's weighted throughput over greedy's (serve's "
