@@ -271,7 +271,8 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                     a = len(fixed_cells)
                     if _fixed(j, k, remaining(j, None, step_s, now), fixed_cells, node_index,
                               report, tag, step_s, now):
-                        if o.move_replicas and REPLICA_TAG in j.comment and not docs[k].get("_count"):
+                        ours = REPLICA_TAG in j.comment and not docs[k].get("_count")
+                        if o.move_replicas and ours:
                             movable.setdefault(k, []).append(j)
                             loose.update(range(a, len(fixed_cells)))
                         else:
