@@ -16,6 +16,8 @@ from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.plan import load_plan
 from gpualloc.scenario import from_dict, load
+from gpualloc.slurm import lab
+from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import record_once
 from gpualloc.slurm.workload import submit
 from slurm_lab import cancel, need_lab, run_cli, tag, wait_done
@@ -216,21 +218,25 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
 
 
 def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
-    """Two of serve's replicas on n1, n2 with two GPUs free, n3-n8 full: a
-    held 8-GPU job fits only on n1. serve moves the replicas to n2 and
-    starts the job on n1; with --pin-replicas it starts nothing."""
-    slurm = need_lab()
-    t = tag()
-    ids = [sbatch(slurm, "-J", f"{t}-fill{n}", "-w", f"n{n}", f"--gres=gpu:{6 if n == 2 else 8}",
-                  "-t", "10", "--wrap", "sleep 600") for n in range(2, 9)]
-    ours = [sbatch(slurm, "-J", f"{t}-chat", "-w", "n1", "--gres=gpu:1", "-t", "10",
-                   "--comment", f"service={t}-chat gpualloc=replica", "--wrap", "sleep 600")
-            for _ in range(2)]
-    train = sbatch(slurm, "--hold", "-J", f"{t}-train", "--gres=gpu:8", "-t", "10",
-                   "--comment", "kind=training priority=10 duration=4", "--wrap", "sleep 1")
+    """On a lab of its own (two nodes; the shared lab's other tests may run
+    beside it): two of serve's replicas on n1, six GPUs of n2 busy, a held
+    8-GPU job that fits only on n1. One step of serve moves the replicas to
+    n2 and starts the job on n1; with --pin-replicas it starts nothing."""
+    need_lab()
+    d = tmp_path / "lab"
+    lab.up(d, lab.Shape(nodes=2, port=17947))
     try:
+        slurm = Slurm(str(d / "slurm.conf"))
+        t = tag()
+        fill = sbatch(slurm, "-J", f"{t}-fill", "-w", "n2", "--gres=gpu:6", "-t", "10",
+                      "--wrap", "sleep 600")
+        ours = [sbatch(slurm, "-J", f"{t}-chat", "-w", "n1", "--gres=gpu:1", "-t", "10",
+                       "--comment", f"service={t}-chat gpualloc=replica", "--wrap", "sleep 600")
+                for _ in range(2)]
+        train = sbatch(slurm, "--hold", "-J", f"{t}-train", "--gres=gpu:8", "-t", "10",
+                       "--comment", "kind=training priority=10 duration=4", "--wrap", "sleep 1")
         end = time.time() + 60
-        while any(j.state != "RUNNING" for j in slurm.jobs() if j.id in ids + ours):
+        while any(j.state != "RUNNING" for j in slurm.jobs() if j.id in [fill] + ours):
             assert time.time() < end, "the lab's jobs did not start"
             time.sleep(0.3)
         demand = tmp_path / "demand.json"
@@ -250,8 +256,8 @@ def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
         while True:
             jobs = {j.id: j for j in slurm.jobs()}
             new = [j for j in jobs.values() if j.name == f"{t}-chat" and j.id not in ours]
-            if jobs[train].state in ("RUNNING", "COMPLETED") and all(
-                    j.state == "RUNNING" for j in new) and len(new) == 2:
+            if jobs[train].state in ("RUNNING", "COMPLETED") and len(new) == 2 and all(
+                    j.state == "RUNNING" for j in new):
                 break
             assert time.time() < end, [(j.id, j.state, j.reason) for j in jobs.values()]
             time.sleep(0.3)
@@ -259,5 +265,4 @@ def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
         assert all(j.nodes == ["n2"] for j in new)
         assert all(jobs[i].state not in ("PENDING", "RUNNING") for i in ours)
     finally:
-        cancel(slurm, ids + ours + [train]
-               + [j.id for j in slurm.jobs() if j.name == f"{t}-chat"])
+        lab.down(d)
