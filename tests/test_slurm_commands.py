@@ -219,9 +219,9 @@ def test_serve_dry_run_then_killed_and_restarted(tmp_path):
 
 def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
     """On a lab of its own (two nodes, nothing else on them): two of serve's
-    replicas on n1, six GPUs of n2 busy, a held
-    8-GPU job that fits only on n1. One step of serve moves the replicas to
-    n2 and starts the job on n1; with --pin-replicas it starts nothing."""
+    replicas on n1, six GPUs of n2 busy, a held 8-GPU job that fits only on
+    n1. One step of serve moves the replicas to n2 and starts the job on
+    n1; with --pin-replicas it starts nothing."""
     need_lab()
     d = tmp_path / "lab"
     lab.up(d, lab.Shape(nodes=2, port=17947))
