@@ -37,9 +37,7 @@ def replica_moves(s, owner) -> int:
     fewer of the replicas it stops on some nodes and starts on others."""
     import torch
 
-    from gpualloc.slurm.serve import node_of_gpu
-    node_of = node_of_gpu(s)
-    on = node_of[:, None] == torch.arange(int(node_of.max()) + 1)  # (G, N)
+    on = s.gpu_node[:, None] == torch.arange(len(s.node_pool))  # (G, N)
     total = 0
     for j, job in enumerate(s.jobs):
         if job.rigid:

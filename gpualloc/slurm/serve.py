@@ -108,18 +108,13 @@ def managed(jobs: list[SlurmJob]) -> list[SlurmJob]:
     return [j for j in jobs if j.state == "RUNNING" or j.held or waiting(j)]
 
 
-def node_of_gpu(s) -> torch.Tensor:
-    """(G,) the node index of each GPU."""
-    per_node = [p.gpus_per_node for p in s.pools for _ in range(p.count)]
-    return torch.repeat_interleave(torch.arange(len(per_node)), torch.tensor(per_node))
-
-
-def _counts(col: torch.Tensor, k: int, snap, node_of: torch.Tensor) -> list[int]:
+def _counts(col: torch.Tensor, k: int, snap) -> list[int]:
     """Service k's replicas on each node in the column, the fixed ones (a
     user's, never moved) aside."""
-    gpus = snap.scenario.jobs[k].gpus
-    mine = (col == k) & (snap.scenario.fixed[:, 0] != k)  # (G,)
-    return [int((mine & (node_of == n)).sum()) // gpus for n in range(len(snap.nodes))]
+    s = snap.scenario
+    mine = (col == k) & (s.fixed[:, 0] != k)  # (G,)
+    per_node = torch.bincount(s.gpu_node[mine], minlength=len(snap.nodes))  # (N,) GPUs
+    return (per_node // s.jobs[k].gpus).tolist()
 
 
 def _have(snap, k: int) -> list[int]:
@@ -131,31 +126,30 @@ def settle(col: torch.Tensor, snap) -> torch.Tensor:
     """The column `col` (G,) with each service's replicas moved, as few as
     the column allows, to the nodes where its movable replicas run
     (`snap.replicas`): a replica the plan puts on a node where none of them
-    runs goes instead to a node where one runs and the column leaves an
-    idle block. Each service's count and every other job's GPUs are
-    unchanged; each such move keeps a replica running instead of
-    cancelling it and starting another."""
+    runs goes instead to a node where one runs and the column leaves one of
+    its candidate blocks idle (`Scenario.blocks`). Each service's count and
+    every other job's GPUs are unchanged; each such move keeps a replica
+    running instead of cancelling it and starting another."""
     col = col.clone()
     s = snap.scenario
-    node_of = node_of_gpu(s)
     fixed = s.fixed[:, 0]  # (G,)
     for k in snap.replicas:
         gpus = s.jobs[k].gpus
         if gpus > min(p.gpus_per_node for p in s.pools):
             continue  # whole nodes: serve starts replicas on one node only
-        have, count = _have(snap, k), _counts(col, k, snap, node_of)
+        blocks = s.blocks(k)  # (B,) first GPUs, ascending
+        have, count = _have(snap, k), _counts(col, k, snap)
         short = [n for n in range(len(have)) if count[n] > have[n]]  # starts there
         for n in range(len(have)):
             while have[n] > count[n] and short:
-                idle = ((col == bridge.IDLE) & (node_of == n)).nonzero().flatten().tolist()
-                block = next((idle[i:i + gpus] for i in range(len(idle) - gpus + 1)
-                              if idle[i + gpus - 1] - idle[i] == gpus - 1), None)
-                if block is None:
+                here = blocks[s.gpu_node[blocks] == n]
+                free = [int(g) for g in here if bool((col[g:g + gpus] == bridge.IDLE).all())]
+                if not free:
                     break
                 d = short[-1]
-                drop = ((col == k) & (fixed != k) & (node_of == d)).nonzero().flatten()[-gpus:]
+                drop = ((col == k) & (fixed != k) & (s.gpu_node == d)).nonzero().flatten()[-gpus:]
                 col[drop] = bridge.IDLE
-                col[block] = k
+                col[free[0]:free[0] + gpus] = k
                 count[n] += 1
                 count[d] -= 1
                 if count[d] == have[d]:
@@ -194,7 +188,6 @@ def carried(last, s) -> torch.Tensor:
 def decide(snap, now: torch.Tensor) -> Actions:
     """The actions of the column `now` (G,), the plan's first step."""
     s = snap.scenario
-    node_of = node_of_gpu(s)
     fixed = s.fixed[:, 0]  # (G,)
     acts = Actions()
     for k, job in enumerate(s.jobs):
@@ -203,7 +196,7 @@ def decide(snap, now: torch.Tensor) -> Actions:
             ids = snap.slurm_ids[k]
             running = bool((s.fixed == k).any())
             if not running and len(mine) and ids:
-                nodes = sorted({snap.nodes[int(node_of[g])] for g in mine.tolist()},
+                nodes = sorted({snap.nodes[int(s.gpu_node[g])] for g in mine.tolist()},
                                key=snap.nodes.index)
                 acts.release.append((ids[0], nodes))
             elif (running and job.preemptible and ids and not len(mine) and k not in snap.on_way
@@ -214,7 +207,7 @@ def decide(snap, now: torch.Tensor) -> Actions:
         # them (the oldest), the others cancelled; a new one for each block
         # it adds on a node.
         where = snap.replicas.get(k, [])
-        for name, count in zip(snap.nodes, _counts(now, k, snap, node_of)):
+        for name, count in zip(snap.nodes, _counts(now, k, snap)):
             here = [j for j, node in where if node == name]
             acts.move += here[count:]
             acts.replicas += [(job.id, name, job.gpus, (job.gpu_types or [None])[0])] * max(
@@ -360,9 +353,9 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     arrived and not started, arrival 0; running ones fixed on their GPUs for
     the rest of their run; the demand from this step on, its last value
     repeated), its column (`plan_step`, the last step's plan its hint),
-    taken. The service's replicas of
-    the last step, up to this step's demand (the lowest blocks), are
-    serve's own: with `move_replicas` (serve's default) movable
+    taken. The service's replicas of the last step, up to this step's
+    demand (the lowest blocks), are serve's own: with `move_replicas`
+    (serve's default) movable
     (`Options.move_replicas`), else each fixed where it runs while the
     demand keeps it (`snapshot.needed`, serve's --pin-replicas). Against
     this, an executed run measures what Slurm's execution (timing,
@@ -370,11 +363,11 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     (gpualloc.online), what serve's simpler loop changes."""
     H = horizon or s.T
     owner = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
-    node_of = node_of_gpu(s)
-    names = [f"node{n}" for n in range(int(node_of.max()) + 1)]
+    names = [f"node{n}" for n in range(len(s.node_pool))]
     start: dict[int, int] = {}  # rigid job -> first GPU
     planned = None  # the last step's plan, its jobs' ids
-    docs_all = s.to_dict()["jobs"]
+    whole = s.to_dict()
+    docs_all = whole["jobs"]
     for k in range(s.T):
         docs, index, cells, loose = [], [], [], {}
         for j, job in enumerate(s.jobs):
@@ -402,13 +395,13 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                     cells += [(len(docs), b, needed(d["demand"], r)) for r, b in enumerate(blocks)]
                 docs.append(d)
             index.append(j)
-        view = bridge.from_dict({**s.to_dict(), "name": f"serve@{k}", "horizon": H, "jobs": docs})
+        view = bridge.from_dict({**whole, "name": f"serve@{k}", "horizon": H, "jobs": docs})
         view.fixed = torch.full((view.G, H), bridge.IDLE, dtype=torch.long)  # (G, H)
         for vj, gpus, steps in cells:
             view.fixed[gpus, :steps] = vj
         snap = Snapshot(scenario=view, nodes=names, slurm_ids=[[] for _ in docs], report=[],
                         renumbered=[],
-                        replicas={vj: [(-1, names[int(node_of[b[0]])]) for b in blocks]
+                        replicas={vj: [(-1, names[int(s.gpu_node[b[0]])]) for b in blocks]
                                   for vj, blocks in loose.items()})
         col, planned = plan_step(snap, policy, cfg,
                                  None if planned is None else (*planned, 1))
