@@ -368,6 +368,7 @@ def test_serve_moves_its_own_replicas_where_the_plan_gives_their_gpus_other_work
     # training job from starting while they are fixed where they run;
     # movable (serve's default), the plan starts it on n1 and serve moves
     # its two replicas to n2. A user's replica is never moved.
+    from gpualloc.check import check
     from gpualloc.config import RunConfig
     from gpualloc.slurm.read import SlurmJob, SlurmNode
     from gpualloc.slurm.serve import decide, plan_step
@@ -396,7 +397,8 @@ def test_serve_moves_its_own_replicas_where_the_plan_gives_their_gpus_other_work
         chat = [j.id for j in s.jobs].index("chat")
         assert int((s.fixed[:, 0] == chat).sum()) == (2 if move else 6)  # the user's stay
         assert snap.replicas == ({chat: [(1, "n1"), (2, "n1")]} if move else {})
-        col, _ = plan_step(snap, "greedy", cfg)
+        col, (plan, _) = plan_step(snap, "greedy", cfg)
+        assert check(s, plan).ok_but_guarantee
         assert int((col == chat).sum()) == 6  # the whole demand served either way
         acts = decide(snap, col)
         if move:
@@ -452,6 +454,7 @@ def test_the_last_plan_carried_into_the_next_steps_view():
     assert out.tolist() == [[-1, 0, 0], [0, 0, -1]]
     # plan_step gives it to the policy as the view's hint (the allocator's
     # search competes with it, as at the online loop's replans).
+    from gpualloc.check import check
     from gpualloc.config import RunConfig
     from gpualloc.slurm.serve import plan_step
     from gpualloc.slurm.snapshot import Snapshot
@@ -460,5 +463,6 @@ def test_the_last_plan_carried_into_the_next_steps_view():
     cfg = RunConfig(device="cpu")
     cfg.solver.progress = False
     col, (plan, ids) = plan_step(snap, "allocator", cfg, (plan, ["a", "b"], 1))
+    assert check(s, plan).ok_but_guarantee
     assert torch.equal(s.hint, out) and ids == ["b", "c"] and plan.shape == (2, 3)
     assert sorted(col.tolist()) == [0, 1]  # both start now, one GPU each
