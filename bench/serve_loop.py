@@ -17,6 +17,15 @@ replanning every step: `bridge.simulate_online`). Every plan goes through
 the checker (rules 1-3). Per moving way, the replica moves a step: a
 replica stopped on one node while one starts on another. Writes
 bench/results/serve_loop.{md,json} (the stem takes --tag).
+
+With `--guarantee`, each scenario is planned with every service
+guaranteed and training preemptible (bench.common.GUARANTEE: min_served
+1.0, restart cost 1), serve holding rule 4 at each step
+(`bridge.held_guarantee`: preemptible jobs requeued where the plan leaves a
+guaranteed service short), beside the same policies free (no guarantee, no
+preemption: `greedy free`, `allocator free`); per run, the replica-steps
+short of the guarantee and the runs serve requeued (segments after a
+job's first).
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ from bench.common import ROOT, provenance, write_results
 from bench.online_traces import CONTENDED, TRACES, WINDOWS
 
 WAYS = ("greedy", "allocator", "greedy pinned", "allocator pinned", "online loop")
+GUARANTEED_WAYS = ("greedy", "allocator", "online loop", "greedy free", "allocator free")
 
 
 def replica_moves(s, owner) -> int:
@@ -49,11 +59,16 @@ def replica_moves(s, owner) -> int:
     return total
 
 
-def measure(scenarios: list[str], seeds: list[int], windows: list[str] = ()) -> list[dict]:
+def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
+            guarantee: bool = False) -> list[dict]:
     """Each of the seven's `scenarios` with each seed, then each real-trace
-    window (bench.online_traces.WINDOWS, seed 0)."""
+    window (bench.online_traces.WINDOWS, seed 0); `guarantee`: as the module
+    docstring says."""
     import gpualloc as ga
-    from gpualloc.check import check
+    from bench.common import GUARANTEE
+    from gpualloc.check import check, shortfall
+    from gpualloc.plan import segments
+    from gpualloc.scenario.edit import with_min_served, with_preemption
     from gpualloc.slurm import bridge
     from gpualloc.slurm.serve import simulate
 
@@ -62,22 +77,33 @@ def measure(scenarios: list[str], seeds: list[int], windows: list[str] = ()) -> 
             for name in scenarios for seed in seeds]
     runs += [(w, 0, lambda w=w: ga.load(TRACES / f"{w}.json")) for w in windows]
     for name, seed, load in runs:
-        s = load()
+        free = s = load()
+        if guarantee:
+            s = with_min_served(with_preemption(free, GUARANTEE["preemptible"],
+                                                GUARANTEE["restart_cost"]),
+                                GUARANTEE["min_served"])
         cfg = bridge.serve_config(seed)
-        ways = {"greedy": lambda: simulate(s, "greedy", cfg),
-                "allocator": lambda: simulate(s, "allocator", cfg),
-                "greedy pinned": lambda: simulate(s, "greedy", cfg, move_replicas=False),
+        ways = {"greedy": (s, lambda: simulate(s, "greedy", cfg)),
+                "allocator": (s, lambda: simulate(s, "allocator", cfg)),
+                "greedy pinned": (s, lambda: simulate(s, "greedy", cfg, move_replicas=False)),
                 "allocator pinned":
-                    lambda: simulate(s, "allocator", cfg, move_replicas=False),
-                "online loop": lambda: bridge.simulate_online(s, "allocator", seed)}
-        row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {}}
-        for way, run in ways.items():
+                    (s, lambda: simulate(s, "allocator", cfg, move_replicas=False)),
+                "online loop": (s, lambda: bridge.simulate_online(s, "allocator", seed)),
+                "greedy free": (free, lambda: simulate(free, "greedy", cfg)),
+                "allocator free": (free, lambda: simulate(free, "allocator", cfg))}
+        row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {},
+               "short": {}, "requeued": {}}
+        for way in GUARANTEED_WAYS if guarantee else WAYS:
+            planned, run = ways[way]
             start = time.perf_counter()
             owner = run()
             row["wall_s"][way] = time.perf_counter() - start
-            verdict = check(s, owner)
+            verdict = check(planned, owner)
             assert verdict.ok_but_guarantee, (name, seed, way, str(verdict))
-            row["value"][way] = bridge.metrics(s, owner)["weighted_throughput"]
+            row["value"][way] = bridge.metrics(planned, owner)["weighted_throughput"]
+            row["short"][way] = int(shortfall(planned, owner).sum())
+            row["requeued"][way] = int((segments(planned, owner).new.sum(1) - 1).clamp(min=0)
+                                       .sum())
             if way in ("greedy", "allocator"):
                 row["moves"][way] = replica_moves(s, owner) / s.T
         rows.append(row)
@@ -90,12 +116,20 @@ def summarize(rows: list[dict]) -> dict:
     where it is below greedy; the mean time of each way, and the moving
     ways' replica moves a step."""
     out = {}
+    ways = list(rows[0]["value"])
     for name in dict.fromkeys(r["scenario"] for r in rows):
         mine = [r for r in rows if r["scenario"] == name]
         out[name] = {"runs": len(mine), "wall_s": {
-            w: statistics.mean(r["wall_s"][w] for r in mine) for w in WAYS},
-            "moves": {w: statistics.mean(r["moves"][w] for r in mine) for w in mine[0]["moves"]}}
-        for way in WAYS[1:]:
+            w: statistics.mean(r["wall_s"][w] for r in mine) for w in ways},
+            "moves": {w: statistics.mean(r["moves"][w] for r in mine) for w in mine[0]["moves"]},
+            "short": {w: sum(r.get("short", {}).get(w, 0) for r in mine) for w in ways},
+            "requeued": {w: statistics.mean(r.get("requeued", {}).get(w, 0) for r in mine)
+                         for w in ways}}
+        if "allocator free" in ways:  # what the guarantee costs each policy
+            out[name]["kept"] = {p: statistics.mean(r["value"][p] / r["value"][f"{p} free"]
+                                                    for r in mine)
+                                 for p in ("greedy", "allocator")}
+        for way in ways[1:]:
             out[name][way] = {
                 "lead": statistics.mean(r["value"][way] / r["value"]["greedy"] for r in mine),
                 "below": [r["seed"] for r in mine if r["value"][way] < r["value"]["greedy"]]}
@@ -103,8 +137,11 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def markdown(result: dict) -> str:
-    others = WAYS[1:]
-    lines = ["# serve's loop simulated", "",
+    ways = list(result["rows"][0]["value"])
+    others = ways[1:]
+    guaranteed = "allocator free" in ways
+    lines = ["# serve's loop simulated" + (", every service guaranteed" if guaranteed else ""),
+             "",
              f"Commit {result['commit']}, {result['date']}; machine: "
              f"{result['machine']['cpu']}, {result['machine']['cores']} cores "
              f"(`{result['command']}`).", "",
@@ -121,20 +158,36 @@ def markdown(result: dict) -> str:
              "one node while one starts on another), greedy / allocator."
              + ("" if not result.get("windows") else " Real-trace windows (seed 0; "
                 "bench/traces, see bench.online_traces): " + ", ".join(
-                    f"`{w}` ({WINDOWS[w]})" for w in result["windows"]) + "."), "",
+                    f"`{w}` ({WINDOWS[w]})" for w in result["windows"]) + ".")
+             + ("" if not guaranteed else
+                " Every service guaranteed (`min_served` 1.0) and training preemptible at "
+                "restart cost 1 (bench.common.GUARANTEE); `free`: the same policy on the "
+                "scenario without either. Short: replica-steps below the guarantee, summed "
+                "over seeds, greedy / allocator / online loop; requeued: runs a step cut "
+                "and resumed later (segments after a job's first), mean a run, greedy / "
+                "allocator; kept: the guaranteed run's value over its free run's, greedy / "
+                "allocator."), "",
              "| scenario | runs | " + " | ".join(f"{w} | below" for w in others)
-             + " | moves a step | time " + " / ".join(WAYS) + " (s) |",
-             "|---|---|" + "---|---|" * len(others) + "---|---|"]
+             + " | moves a step"
+             + (" | short | requeued | kept" if guaranteed else "")
+             + " | time " + " / ".join(ways) + " (s) |",
+             "|---|---|" + "---|---|" * len(others) + "---|"
+             + ("---|---|---|" if guaranteed else "") + "---|"]
     for name, r in result["summary"].items():
         cells = " | ".join(f"x{r[w]['lead']:.4f} | {r[w]['below']}" for w in others)
         moves = " / ".join(f"{v:.2f}" for v in r["moves"].values())
-        times = " / ".join(f"{r['wall_s'][w]:.1f}" for w in WAYS)
-        lines.append(f"| {name} | {r['runs']} | {cells} | {moves} | {times} |")
-    lines += ["", "| scenario | seed | " + " | ".join(WAYS) + " |",
-              "|---|---|" + "---|" * len(WAYS)]
+        times = " / ".join(f"{r['wall_s'][w]:.1f}" for w in ways)
+        extra = ""
+        if guaranteed:
+            extra = (" | " + " / ".join(str(r["short"][w]) for w in ways[:3])
+                     + " | " + " / ".join(f"{r['requeued'][w]:.1f}" for w in ways[:2])
+                     + " | " + " / ".join(f"x{v:.4f}" for v in r["kept"].values()))
+        lines.append(f"| {name} | {r['runs']} | {cells} | {moves}{extra} | {times} |")
+    lines += ["", "| scenario | seed | " + " | ".join(ways) + " |",
+              "|---|---|" + "---|" * len(ways)]
     for row in result["rows"]:
         lines.append(f"| {row['scenario']} | {row['seed']} | "
-                     + " | ".join(f"{row['value'][w]:,.0f}" for w in WAYS) + " |")
+                     + " | ".join(f"{row['value'][w]:,.0f}" for w in ways) + " |")
     lines.append("")
     return "\n".join(lines)
 
@@ -145,11 +198,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--windows", nargs="*", default=[], choices=list(WINDOWS),
                     help="real-trace windows too (seed 0 each; their role in WINDOWS)")
+    ap.add_argument("--guarantee", action="store_true",
+                    help="every service guaranteed, training preemptible (module docstring)")
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
-    rows = measure(args.scenarios, args.seeds, args.windows)
-    result = {"seeds": args.seeds, "windows": args.windows, "rows": rows,
+    rows = measure(args.scenarios, args.seeds, args.windows, args.guarantee)
+    result = {"seeds": args.seeds, "windows": args.windows, "guarantee": args.guarantee,
+              "rows": rows,
               "summary": summarize(rows),
               **provenance("bench.serve_loop", argv)}
     write_results(args.out, "serve_loop" + args.tag, result, markdown(result))

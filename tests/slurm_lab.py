@@ -5,6 +5,7 @@ A test that needs it and cannot reach it fails with the reason under CI
 (CI=true, or GPUALLOC_SLURM_REQUIRED=1 as .ci/run sets); elsewhere it is skipped with the command that brings the lab up."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,6 +33,19 @@ def need_lab() -> Slurm:
             pytest.fail(why)
         pytest.skip(why)
     return Slurm(str(d / "slurm.conf"))
+
+
+@contextlib.contextmanager
+def own_lab(tmp_path, nodes: int, port: int):
+    """A lab of `nodes` nodes of its own (its own folder and ports, nothing
+    else on it), for a test that needs the whole cluster; down after it."""
+    need_lab()
+    d = tmp_path / "lab"
+    lab.up(d, lab.Shape(nodes=nodes, port=port))
+    try:
+        yield Slurm(str(d / "slurm.conf"))
+    finally:
+        lab.down(d)
 
 
 def tag() -> str:

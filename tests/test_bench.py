@@ -241,6 +241,29 @@ def test_serve_loop_summary_divides_each_way_by_greedy_in_the_same_run():
     assert "| mixed | 1 | 200 | 198 | 190 | 206 | 202 |" in md
 
 
+def test_serve_loop_summary_under_the_guarantee_counts_its_cost_and_shortfall():
+    from bench.serve_loop import GUARANTEED_WAYS, markdown, summarize
+
+    def row(seed, values, short, requeued):
+        return {"scenario": "mixed", "seed": seed, "value": dict(zip(GUARANTEED_WAYS, values)),
+                "wall_s": dict.fromkeys(GUARANTEED_WAYS, 1.0),
+                "moves": {"greedy": 1.0, "allocator": 2.0},
+                "short": dict(zip(GUARANTEED_WAYS, short)),
+                "requeued": dict(zip(GUARANTEED_WAYS, requeued))}
+
+    rows = [row(0, [90.0, 99.0, 98.0, 100.0, 110.0], [0, 0, 2, 0, 0], [4, 2, 0, 0, 0]),
+            row(1, [80.0, 84.0, 85.0, 100.0, 105.0], [1, 0, 0, 0, 0], [2, 2, 0, 0, 0])]
+    r = summarize(rows)["mixed"]
+    assert r["kept"]["greedy"] == pytest.approx((0.9 + 0.8) / 2)
+    assert r["kept"]["allocator"] == pytest.approx((0.9 + 0.8) / 2)
+    assert r["short"] == {"greedy": 1, "allocator": 0, "online loop": 2, "greedy free": 0,
+                          "allocator free": 0}
+    assert r["requeued"]["greedy"] == 3.0 and r["allocator free"]["below"] == []
+    md = markdown({"summary": {"mixed": r}, "rows": rows, "seeds": [0, 1], "commit": "c",
+                   "date": "d", "machine": {"cpu": "x", "cores": 2}, "command": "cmd"})
+    assert "| 1 / 0 / 2 | 3.0 / 2.0 | x0.8500 / x0.8500 |" in md
+
+
 def test_replica_moves_count_a_stop_on_one_node_and_a_start_on_another():
     import torch
 

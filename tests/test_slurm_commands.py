@@ -16,11 +16,9 @@ from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.plan import load_plan
 from gpualloc.scenario import from_dict, load
-from gpualloc.slurm import lab
-from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import record_once
 from gpualloc.slurm.workload import submit
-from slurm_lab import cancel, need_lab, run_cli, tag, wait_done
+from slurm_lab import cancel, need_lab, own_lab, run_cli, tag, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -222,11 +220,7 @@ def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
     replicas on n1, six GPUs of n2 busy, a held 8-GPU job that fits only on
     n1. One step of serve moves the replicas to n2 and starts the job on
     n1; with --pin-replicas it starts nothing."""
-    need_lab()
-    d = tmp_path / "lab"
-    lab.up(d, lab.Shape(nodes=2, port=17947))
-    try:
-        slurm = Slurm(str(d / "slurm.conf"))
+    with own_lab(tmp_path, nodes=2, port=17947) as slurm:
         t = tag()
         fill = sbatch(slurm, "-J", f"{t}-fill", "-w", "n2", "--gres=gpu:6", "-t", "10",
                       "--wrap", "sleep 600")
@@ -264,5 +258,58 @@ def test_serve_moves_its_replicas_off_the_only_node_a_job_fits(tmp_path):
         assert jobs[train].nodes == ["n1"] or jobs[train].state == "COMPLETED"
         assert all(j.nodes == ["n2"] for j in new)
         assert all(jobs[i].state not in ("PENDING", "RUNNING") for i in ours)
-    finally:
-        lab.down(d)
+
+
+def test_serve_requeues_preemptible_work_for_a_guaranteed_service(tmp_path):
+    """On a one-node lab of its own: a preemptible training job holds the
+    node when a guaranteed service's demand rises. One step of serve
+    requeues it held, its progress in its comment, and starts the replicas;
+    released again, the job comes back planned as its restore and the rest."""
+    from gpualloc.slurm.serve import decide, plan_step
+    from gpualloc.slurm.snapshot import Options, build
+    from gpualloc.slurm.bridge import serve_config
+    with own_lab(tmp_path, nodes=1, port=17949) as slurm:
+        t = tag()
+        train = sbatch(slurm, "-J", f"{t}-train", "--gres=gpu:8", "-t", "10", "--comment",
+                       "kind=training priority=5 duration=5 preemptible=1 restart_cost=1",
+                       "--wrap", "sleep 600")
+        end = time.time() + 60
+        while next(j for j in slurm.jobs() if j.id == train).state != "RUNNING":
+            assert time.time() < end, "the lab's job did not start"
+            time.sleep(0.3)
+        demand = tmp_path / "demand.json"
+        curve = {"id": f"{t}-chat", "kind": "realtime_inference", "priority": 1, "gpus": 2,
+                 "demand": [2] * 6, "min_served": 1.0}
+        demand.write_text(json.dumps({"jobs": [curve]}))
+        p = run_cli("serve", "--steps", "1", "--policy", "greedy", "--step-seconds", "60",
+                    "--horizon", "6", "--demand", str(demand), slurm=slurm)
+        assert p.returncode == 0 and "not done" not in p.stdout, p.stdout + p.stderr
+        assert "2 replicas started" in p.stdout and "1 requeued" in p.stdout, p.stdout
+        end = time.time() + 30
+        while True:
+            jobs = {j.id: j for j in slurm.jobs()}
+            chat = [j for j in jobs.values() if j.name == f"{t}-chat"]
+            if jobs[train].held and len(chat) == 2 and all(j.state == "RUNNING" for j in chat):
+                break
+            assert time.time() < end, [(j.id, j.state, j.reason) for j in jobs.values()]
+            time.sleep(0.3)
+        assert "done=0" in jobs[train].comment and all(j.nodes == ["n1"] for j in chat)
+        # Planned again as a resumed job: 1 step restoring, 5 to go.
+        o = Options(step_minutes=1.0, horizon=12, finishing_s=1.5,
+                    demand=[{**curve, "demand": [0] * 12}])
+        snap = build(slurm.nodes(), [j for j in jobs.values() if j.id == train], o, time.time())
+        k = [j.id for j in snap.scenario.jobs].index(f"{t}-train")
+        assert snap.scenario.jobs[k].duration == 6 and snap.scenario.jobs[k].restart_cost == 1
+        col, _ = plan_step(snap, "greedy", serve_config(0))
+        assert decide(snap, col).release == [(train, ["n1"])]
+        slurm.cancel([j.id for j in chat])  # the demand gone
+        end = time.time() + 30
+        while any(j.state == "RUNNING" for j in slurm.jobs() if j.name == f"{t}-chat"):
+            assert time.time() < end, "the replicas did not end"
+            time.sleep(0.3)
+        slurm.pin(train, ["n1"])  # as serve releases it: at once, not Slurm's requeue delay
+        slurm.release([train])
+        end = time.time() + 30
+        while next(j for j in slurm.jobs() if j.id == train).state != "RUNNING":
+            assert time.time() < end, "the requeued job did not start again at once"
+            time.sleep(0.3)

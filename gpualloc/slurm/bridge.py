@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
 from gpualloc.check import check
 from gpualloc.config import RunConfig
+from gpualloc.core import service_order
+from gpualloc.core.layout import layout
+from gpualloc.core.reclaim import reclaim
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import metrics
 from gpualloc.plan import IDLE, empty_owner, load_plan, save_plan
@@ -18,7 +22,8 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
-           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "simulate_online",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee",
+           "simulate_online",
            "policy_plan", "SERVE_POLICIES"]
 
 SERVE_POLICIES = ("greedy", "allocator")
@@ -47,6 +52,29 @@ def plan_now(view: Scenario, policy: str, cfg: RunConfig) -> torch.Tensor:
     if view.J == 0:
         return empty_owner(view)
     return POLICIES[policy](view, cfg, torch.device("cpu")).owner.cpu().long()
+
+
+def held_guarantee(view: Scenario, col: torch.Tensor) -> torch.Tensor:
+    """The column `col` (G,) of a view's first step, re-packed where a
+    guaranteed service holds fewer replicas than its guarantee of the step's
+    demand (PROBLEM.md rule 4 online), as the online loop's autoscaler does
+    it (gpualloc.core.reclaim): idle GPUs, then replicas above their own
+    guarantee, then preemptible jobs, lowest priority first (cut: they hold
+    nothing in the column). Kept as it is where that helps no service, or
+    would move a fixed cell of anything but a job it cuts (a user's replica
+    or a pinned one: Slurm runs it where it runs)."""
+    if not bool((view.min_served > 0).any()):
+        return col
+    lay = layout(view)
+    order = service_order(view, np.flatnonzero(lay.demand[:, 0] > 0))
+    guaranteed = view.guaranteed.numpy()[:, 0]
+    got = reclaim(lay, col.numpy().astype(np.int64), order, guaranteed, lay.demand[:, 0])
+    if got is None:
+        return col
+    out = torch.from_numpy(got.column)
+    fixed = view.fixed[:, 0] if view.fixed is not None else torch.full_like(col, IDLE)
+    kept = (fixed != IDLE) & ~torch.isin(fixed, torch.tensor(got.cut, dtype=torch.long))
+    return out if torch.equal(out[kept], fixed[kept]) else col
 
 
 def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:

@@ -67,12 +67,18 @@ class Slurm:
             raise SlurmUnreachable(f"sbatch: cannot read a job id in {out.strip()[:60]!r}") from None
 
     def pin(self, job: int, nodes: list[str]) -> None:
-        """Run the job on exactly these nodes (it is pending)."""
-        self.run(["scontrol", "update", f"JobId={job}", f"NodeList={','.join(nodes)}"])
+        """Run the job on exactly these nodes (it is pending), as soon as it is
+        released: a requeued job is otherwise held back about two minutes
+        after its release (Slurm's BeginTime; StartTime=now clears it)."""
+        self.run(["scontrol", "update", f"JobId={job}", f"NodeList={','.join(nodes)}",
+                  "StartTime=now"])
 
     def release(self, jobs: list[int]) -> None:
         if jobs:
             self.run(["scontrol", "release", ",".join(str(j) for j in jobs)])
+
+    def set_comment(self, job: int, comment: str) -> None:
+        self.run(["scontrol", "update", f"JobId={job}", f"Comment={comment}"])
 
     def requeue_hold(self, job: int) -> None:
         self.run(["scontrol", "requeuehold", str(job)])

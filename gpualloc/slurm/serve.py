@@ -37,6 +37,7 @@ a Slurm that does exactly as it is told.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -46,7 +47,8 @@ from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
 from gpualloc.slurm.executed import load_recorded, record_once
 from gpualloc.slurm.read import SlurmJob
-from gpualloc.slurm.snapshot import REPLICA_TAG, Options, Snapshot, build, needed, waiting
+from gpualloc.slurm.snapshot import (REPLICA_TAG, Options, Snapshot, build, needed, steps_hint,
+                                     waiting)
 
 
 def add_options(p) -> None:
@@ -86,6 +88,9 @@ class Actions:
     replicas: list[tuple[str, str, int, str | None]] = field(default_factory=list)
     """(service, node, GPUs, GPU type)"""
     requeue: list[int] = field(default_factory=list)
+    comment: dict[int, str] = field(default_factory=dict)
+    """The comment each requeued job keeps: its own, with `done=` its progress
+    so far (`progress_comment`), which the snapshot reads when it comes back."""
     cancel: list[int] = field(default_factory=list)
     """Replica jobs of gpualloc's own above the demand."""
     move: list[int] = field(default_factory=list)
@@ -95,7 +100,9 @@ class Actions:
     def lines(self) -> list[str]:
         return ([f"release job {j} on {','.join(n)}" for j, n in self.release]
                 + [f"replica of {s} on {n} ({g} GPUs)" for s, n, g, _ in self.replicas]
-                + [f"requeue held job {j}" for j in self.requeue]
+                + [f"requeue held job {j}" + (f" ({self.comment[j].split()[-1]})"
+                                              if j in self.comment else "")
+                   for j in self.requeue]
                 + [f"cancel replica job {j} (above demand)" for j in self.cancel]
                 + [f"cancel replica job {j} (its GPUs go to other work)" for j in self.move])
 
@@ -159,8 +166,10 @@ def settle(col: torch.Tensor, snap) -> torch.Tensor:
 
 def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
     """((G,) the column serve takes now, (the plan, its jobs' ids)): the
-    plan's first step, the services' replicas settled on the nodes where
-    theirs run (`settle`). `last` = (the plan of a step before, its jobs'
+    plan's first step, the guarantee held where the plan leaves a guaranteed
+    service short (`bridge.held_guarantee`: preemptible jobs cut there are
+    requeued), the services' replicas settled on the nodes where theirs run
+    (`settle`). `last` = (the plan of a step before, its jobs'
     ids, steps since) is the allocator's hint, as at the online loop's
     replans (`Scenario.hint`: a start its search competes with, so a step's
     plan does not throw away the last one's)."""
@@ -168,7 +177,7 @@ def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
     if last is not None:
         s.hint = carried(last, s)
     plan = bridge.plan_now(s, policy, cfg)
-    return settle(plan[:, 0], snap), (plan, [j.id for j in s.jobs])
+    return settle(bridge.held_guarantee(s, plan[:, 0]), snap), (plan, [j.id for j in s.jobs])
 
 
 def carried(last, s) -> torch.Tensor:
@@ -240,6 +249,8 @@ def act(slurm: Slurm, acts: Actions, a) -> list[str]:
             failed.append(f"replica of {svc}: {e}")
     for j in acts.requeue:
         try:
+            if j in acts.comment:
+                slurm.set_comment(j, acts.comment[j])
             slurm.requeue_hold(j)
         except Exception as e:  # noqa: BLE001
             failed.append(f"requeue {j}: {e}")
@@ -261,6 +272,20 @@ def surplus(jobs: list[SlurmJob], demand: list[dict] | None, step: int, now: flo
     return out
 
 
+def progress_comment(j: SlurmJob, now: float, step_s: float) -> str:
+    """The comment of a running preemptible job serve requeues at `now`, with
+    `done=` the progress it made so far (PROBLEM.md's segments): the steps of
+    this run, less its restore where serve requeued it before, added to the
+    progress before it. The job is expected to resume from there (a
+    checkpoint of its own); the snapshot plans its next run as the restore
+    and the rest (snapshot.resumed)."""
+    restore = steps_hint(j, "restart_cost") if "done" in j.hints else 0
+    ran = round((now - (j.start or now)) / step_s)
+    done = steps_hint(j, "done") + max(0, ran - restore)
+    rest = re.sub(r"(?i)(^|[\s,;])done=[^\s,;]*", r"\1", j.comment).strip(" ,;")
+    return f"{rest} done={done}".strip()
+
+
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
               demand: list[dict] | None, last=None):
     """One step: snapshot, plan (`last`: see plan_step), decide. Returns
@@ -275,6 +300,9 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
     now_col, planned = plan_step(snap, policy, cfg, last)
     acts = decide(snap, now_col)
     acts.cancel = drop
+    by_id = {j.id: j for j in jobs}
+    acts.comment = {i: progress_comment(by_id[i], now, o.step_minutes * 60.0)
+                    for i in acts.requeue if i in by_id}
     return snap, now_col, acts, jobs, planned
 
 
@@ -364,7 +392,8 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     H = horizon or s.T
     owner = torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long)  # (G, T)
     names = [f"node{n}" for n in range(len(s.node_pool))]
-    start: dict[int, int] = {}  # rigid job -> first GPU
+    run: dict[int, tuple[int, int, int]] = {}  # rigid job -> its run's first GPU, start, end
+    made: dict[int, int] = {}  # preemptible job -> progress of its runs serve requeued
     planned = None  # the last step's plan, its jobs' ids
     whole = s.to_dict()
     docs_all = whole["jobs"]
@@ -375,12 +404,14 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                 continue
             d = {**docs_all[j], "arrival": 0}
             if job.rigid:
-                if j in start:
-                    left = int((owner[start[j], k:] == j).sum())
-                    if left == 0:
-                        continue
-                    d["duration"] = left
-                    cells.append((len(docs), torch.arange(start[j], start[j] + job.gpus), left))
+                if j in run:
+                    g0, _, end = run[j]
+                    if end <= k:
+                        continue  # done
+                    d["duration"] = end - k  # running: fixed for the rest of its run
+                    cells.append((len(docs), torch.arange(g0, g0 + job.gpus), end - k))
+                elif j in made:  # requeued: it restores, then makes the rest of its progress
+                    d["duration"] = job.restart_cost + job.duration - made[j]
                 docs.append(d)
             else:
                 dem = list(job.demand[k:H + k])
@@ -405,12 +436,26 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                                   for vj, blocks in loose.items()})
         col, planned = plan_step(snap, policy, cfg,
                                  None if planned is None else (*planned, 1))
+        # A running job the column leaves is requeued (serve's `requeue`, only
+        # preemptible ones): its cells from now on are cleared before anything
+        # starts on them. Its progress: the steps it ran, less its restore
+        # after the first run (PROBLEM.md's segments).
+        for vj, j in enumerate(index):
+            if j in run and run[j][2] > k and not bool((col == vj).any()):
+                g0, start, end = run.pop(j)
+                job = s.jobs[j]
+                restore = job.restart_cost if j in made else 0
+                made[j] = made.get(j, 0) + max(0, k - start - restore)
+                owner[g0:g0 + job.gpus, k:end] = bridge.IDLE
         for vj, j in enumerate(index):
             mine = (col == vj).nonzero().flatten()
             job = s.jobs[j]
-            if job.rigid and j not in start and len(mine):
-                start[j] = int(mine[0])
-                owner[start[j]:start[j] + job.gpus, k:k + job.duration] = j
+            if job.rigid and len(mine) and j not in run:
+                length = (job.restart_cost + job.duration - made[j] if j in made
+                          else job.duration)
+                g0 = int(mine[0])
+                run[j] = (g0, k, min(k + length, s.T))
+                owner[g0:g0 + job.gpus, k:k + length] = j
             elif not job.rigid:
                 owner[mine, k] = j
     return owner

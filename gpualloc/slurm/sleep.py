@@ -1,5 +1,8 @@
 """What a workload job runs: sleep until just before the step boundary where
-its run of `duration` steps ends, counted from the step it started in.
+its run of `duration` steps ends, counted from the step it started in. A
+preemptible job that serve requeued resumes as a checkpointing job would:
+it runs its restore and the rest of its progress (its comment's
+`restart_cost=` and `done=`, as the snapshot plans it).
 
     python -m gpualloc.slurm.sleep SINCE STEP_SECONDS DURATION [MARGIN]
 
@@ -13,18 +16,32 @@ import sys
 import time
 from datetime import datetime
 
+from gpualloc.slurm.read import comment_hints
 
-def slurm_start(now: float) -> float:
-    """This job's start time as Slurm records it (squeue), else `now` cut to the second."""
+
+def slurm_start(now: float) -> tuple[float, str]:
+    """This job's start time as Slurm records it (squeue), else `now` cut to
+    the second; and its comment."""
     job = os.environ.get("SLURM_JOB_ID", "")
     if job.isdigit():
         try:
-            out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%S"], capture_output=True,
+            out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%S|%k"], capture_output=True,
                                  text=True, timeout=10).stdout.strip()
-            return datetime.fromisoformat(out).timestamp()
+            start, _, comment = out.partition("|")
+            return datetime.fromisoformat(start).timestamp(), comment
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
-    return float(int(now))
+    return float(int(now)), ""
+
+
+def resumed(comment: str) -> int:
+    """snapshot.resumed, from the comment alone: the restore less the progress
+    made before (0 unless serve requeued the job)."""
+    h = comment_hints(comment)
+    if "done" not in h or h.get("preemptible", "").lower() not in ("1", "true", "yes"):
+        return 0
+    whole = [h.get(k, "0") for k in ("restart_cost", "done")]
+    return int(whole[0]) - int(whole[1]) if all(v.isdigit() for v in whole) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     # The step is counted as `executed` will count it: from Slurm's own
     # start time (whole seconds), which can be a second or two before this
     # process runs on a loaded host.
-    start = round((slurm_start(now) - since) / step)
+    started, comment = slurm_start(now)
+    start = round((started - since) / step)
+    duration = max(1, duration + resumed(comment))
     time.sleep(max(0.0, since + (start + duration) * step - margin - time.time()))
     return 0
 

@@ -129,14 +129,40 @@ def expected_seconds(j: SlurmJob) -> float | None:
 
 
 def duration_steps(j: SlurmJob, step_s: float) -> int | None:
+    """The job's run length in steps: the comment's `duration=`, else its
+    run length in seconds (`expected_seconds`); a run after serve requeued
+    it, as `resumed` says."""
     h = j.hints
     if "duration" in h:
         if not h["duration"].isdigit() or int(h["duration"]) < 1:
             raise SlurmReadError(f"comment duration={h['duration']!r} is not a whole number "
                                  f"of steps >= 1")
-        return int(h["duration"])
+        return max(1, int(h["duration"]) + resumed(j))
     sec = expected_seconds(j)
-    return None if sec is None else _steps(sec, step_s)
+    return None if sec is None else max(1, _steps(sec, step_s) + resumed(j))
+
+
+def preemptible(j: SlurmJob) -> bool:
+    return j.hints.get("preemptible", "").lower() in ("1", "true", "yes")
+
+
+def steps_hint(j: SlurmJob, key: str) -> int:
+    """The comment's `key=`, a whole number of steps >= 0 (0 without it)."""
+    value = j.hints.get(key, "0")
+    if not value.isdigit():
+        raise SlurmReadError(f"comment {key}={value!r} is not a whole number of steps >= 0")
+    return int(value)
+
+
+def resumed(j: SlurmJob) -> int:
+    """Steps that a run of a preemptible job serve requeued adds to its
+    length: PROBLEM.md's later segment restores for `restart_cost=` steps,
+    then makes what is left after the progress made before (`done=`, which
+    serve writes into the comment as it requeues the job). 0 for any other
+    job."""
+    if "done" not in j.hints or not preemptible(j):
+        return 0
+    return steps_hint(j, "restart_cost") - steps_hint(j, "done")
 
 
 def job_key(j: SlurmJob, names: dict[str, int]) -> str:
@@ -292,8 +318,11 @@ def build(nodes: list[SlurmNode], jobs: list[SlurmJob], o: Options, now: float) 
                    "duration": dur}
             if gtypes:
                 doc["gpu_types"] = gtypes
-            if j.hints.get("preemptible", "").lower() in ("1", "true", "yes"):
+            if preemptible(j):
                 doc["preemptible"] = True
+                doc["restart_cost"] = steps_hint(j, "restart_cost")
+            elif "restart_cost" in j.hints:
+                report.append(f"{tag}: restart_cost= without preemptible=1: ignored")
             if waiting(j):
                 if not (_fits(j, room, report, tag) and _fixed(
                         j, len(docs), dur, fixed_cells, node_index, report, tag, step_s, now)):
@@ -386,7 +415,7 @@ def expected_end(j: SlurmJob, dur: int | None, step_s: float, now: float) -> flo
     if dur is not None and "duration" in j.hints:
         return started + dur * step_s
     sec = expected_seconds(j)
-    return started + sec if sec is not None else (j.end or now + step_s)
+    return started + sec + resumed(j) * step_s if sec is not None else (j.end or now + step_s)
 
 
 def remaining(j: SlurmJob, dur: int | None, step_s: float, now: float) -> int:

@@ -29,8 +29,9 @@ def sbatch_args(job, gpus_per_node: int, since: float, step_s: float, held: bool
     else:
         shape = ["-N", "1", f"--gres=gpu:{t}{job.gpus}"]
     minutes = max(1, math.ceil(job.duration * step_s / 60))
+    preempt = f" preemptible=1 restart_cost={job.restart_cost}" if job.preemptible else ""
     args = ["-J", job.id, "--comment",
-            f"kind={job.kind} priority={job.priority:g} duration={job.duration}",
+            f"kind={job.kind} priority={job.priority:g} duration={job.duration}{preempt}",
             *shape, "-t", str(minutes), "-o", "/dev/null", "-e", "/dev/null"]
     if held:
         args.append("--hold")
