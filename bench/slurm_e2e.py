@@ -192,14 +192,14 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
     out = serve.communicate(timeout=120)[0] if serve is not None else ""
     if serve is not None and serve.returncode != 0:
         raise RuntimeError(f"serve failed ({serve.returncode}): {out[-2000:]}")
-    from gpualloc.slurm.executed import load_recorded
+    from gpualloc.slurm.executed import load_recorded, load_runs
     seen.update(load_recorded(rec))
     record_once(slurm.jobs(), rec, seen)
     live = [j.id for j in slurm.jobs() if j.state in ("PENDING", "RUNNING")]
     slurm.cancel(live)  # the horizon is over: what runs is cut there
     time.sleep(1.5)
     jobs = slurm.jobs()
-    ex = executed(s, jobs, [f"n{i}" for i in range(1, 9)], since, step_s, seen)
+    ex = executed(s, jobs, [f"n{i}" for i in range(1, 9)], since, step_s, seen, load_runs(rec))
     verdict = bridge.check(s, ex.owner)
     bridge.save_plan(d / "executed.json", s, way, ex.owner)
     m = bridge.metrics(s, ex.owner)

@@ -3,6 +3,8 @@ snapshot's reading of a requeued job, the progress serve writes as it
 requeues one, the guarantee held at a step, and the simulated loop."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -107,3 +109,34 @@ def test_the_simulated_loop_preempts_and_resumes_feasibly_with_the_guarantee():
         assert int(shortfall(s, owner).sum()) == 0
         resumed += int((segments(s, owner).new.sum(1) > 1).sum())
     assert resumed > 0  # the path is exercised
+
+
+def test_executed_holds_the_runs_serve_ended_by_requeueing(tmp_path):
+    # Slurm keeps a job's last run only: serve keeps the runs it ends
+    # (record_requeued), and `executed` writes each as a segment of the job.
+    from gpualloc.slurm import bridge
+    from gpualloc.slurm.executed import (executed, load_recorded, load_runs, record_once,
+                                         record_requeued)
+    s = bridge.from_dict({
+        "name": "one", "horizon": 10, "step_minutes": 1,
+        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 8, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": [{"id": "train", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+                  "duration": 5, "preemptible": True, "restart_cost": 1}]})
+    since, rec = NOW, tmp_path / "gpus.jsonl"
+    first = job(7, "RUNNING", "id=train kind=training preemptible=1 restart_cost=1", gpus=4,
+                nodes=["n1"], start=int(since), idx={"n1": [4, 5, 6, 7]})
+    seen = load_recorded(rec)
+    record_once([first], rec, seen)
+    record_requeued(rec, [first], since + 120, seen)  # cut after 2 steps of progress
+    assert 7 not in seen and 7 not in load_recorded(rec)
+    # Its last run, as Slurm lists it at the end: 1 step restoring, 3 to go.
+    last = job(7, "COMPLETED", "id=train kind=training preemptible=1 restart_cost=1 done=2",
+               gpus=4, nodes=["n1"], start=int(since) + 240, end=int(since) + 480,
+               idx={"n1": [0, 1, 2, 3]})
+    record_once([dataclasses.replace(last, state="RUNNING")], rec, seen)
+    ex = executed(s, [last], ["n1"], since, 60.0, load_recorded(rec), load_runs(rec))
+    held = (ex.owner == 0).sum(0).tolist()
+    assert held == [4, 4, 0, 0, 4, 4, 4, 4, 0, 0], held
+    assert check(s, ex.owner).ok and not any("ran" in r for r in ex.report), ex.report
+    assert bridge.metrics(s, ex.owner)["weighted_throughput"] == 5 * 4 * 5  # done: 5 steps

@@ -16,7 +16,7 @@ from gpualloc.check import check
 from gpualloc.metrics import metrics
 from gpualloc.plan import load_plan
 from gpualloc.scenario import from_dict, load
-from gpualloc.slurm.executed import record_once
+from gpualloc.slurm.executed import load_runs, record_once
 from gpualloc.slurm.workload import submit
 from slurm_lab import cancel, need_lab, own_lab, run_cli, tag, wait_done
 
@@ -281,10 +281,16 @@ def test_serve_requeues_preemptible_work_for_a_guaranteed_service(tmp_path):
         curve = {"id": f"{t}-chat", "kind": "realtime_inference", "priority": 1, "gpus": 2,
                  "demand": [2] * 6, "min_served": 1.0}
         demand.write_text(json.dumps({"jobs": [curve]}))
+        rec = tmp_path / "gpus.jsonl"
         p = run_cli("serve", "--steps", "1", "--policy", "greedy", "--step-seconds", "60",
-                    "--horizon", "6", "--demand", str(demand), slurm=slurm)
+                    "--horizon", "6", "--demand", str(demand), "--recorded", str(rec),
+                    slurm=slurm)
         assert p.returncode == 0 and "not done" not in p.stdout, p.stdout + p.stderr
         assert "2 replicas started" in p.stdout and "1 requeued" in p.stdout, p.stdout
+        # Slurm keeps only the last run: serve kept this one (its GPUs, start, end).
+        (run,) = load_runs(rec)
+        assert run.id == train and run.nodes == ["n1"] and sorted(run.idx["n1"]) == list(range(8))
+        assert run.start <= run.end
         end = time.time() + 30
         while True:
             jobs = {j.id: j for j in slurm.jobs()}

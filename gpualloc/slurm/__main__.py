@@ -178,7 +178,7 @@ def cmd_record(a) -> int:
 
 
 def cmd_executed(a) -> int:
-    from gpualloc.slurm.executed import executed, load_recorded
+    from gpualloc.slurm.executed import executed, load_recorded, load_runs
     s = bridge.load(a.scenario)
     slurm = Slurm(a.slurm_conf)
     step_s = a.step_seconds or s.step_minutes * 60.0
@@ -191,7 +191,7 @@ def cmd_executed(a) -> int:
     else:
         nodes = [n.name for n in slurm.nodes() if n.gpus > 0 and n.usable]
     ex = executed(s, _read_state(a, slurm, nodes=False)[1], nodes, epoch(a.since), step_s,
-                  load_recorded(a.recorded))
+                  load_recorded(a.recorded), load_runs(a.recorded))
     verdict = bridge.check(s, ex.owner)
     bridge.save_plan(a.output, s, "slurm", ex.owner)
     m = bridge.metrics(s, ex.owner)

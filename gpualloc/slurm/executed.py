@@ -16,9 +16,14 @@ adjacent where such a renumbering exists (reported); a job whose indices
 were never recorded takes the lowest free adjacent GPUs of its node for its
 run (reported). Everything else (which node, when, how many GPUs) is
 written as Slurm ran it, and the checker judges it strictly.
+
+Slurm keeps only a job's last run: the runs `serve` ends by requeueing a
+preemptible job are kept beside the recorded indices (`RECORDED.runs`,
+`record_requeued`), each a segment of that job in the plan.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,15 +132,61 @@ def find_order(size: int, sets: list[frozenset]) -> list[int] | None:
     return list(order) if go() else None
 
 
+def runs_path(recorded: str | Path) -> Path:
+    return Path(f"{recorded}.runs")
+
+
+def record_requeued(recorded: str | Path, jobs: list[SlurmJob], end: float,
+                    seen: dict[int, dict[str, list[int]]]) -> None:
+    """Keep the runs of these running jobs, which serve ends at `end` (epoch
+    seconds) by requeueing them, in `RECORDED.runs` (JSON lines, rewritten
+    whole): their start, end, nodes and GPU indices. Each leaves `seen`, so
+    that its next run's indices are recorded afresh."""
+    path = runs_path(recorded)
+    lines = path.read_text().splitlines() if path.exists() else []
+    for j in jobs:
+        lines.append(json.dumps({"job": j.id, "start": j.start, "end": end, "nodes": j.nodes,
+                                 "idx": seen.pop(j.id, None) or j.idx or {}}))
+    bridge.atomic_write_text(path, "".join(f"{x}\n" for x in lines if x.strip()))
+    _write_recorded(recorded, seen)  # a restarted serve records their next runs too
+
+
+def load_runs(recorded: str | Path | None) -> list[SlurmJob]:
+    """The runs `record_requeued` kept, each as the Slurm job in that run
+    (id, start, end, nodes, GPU indices; state REQUEUED)."""
+    path = None if recorded is None else runs_path(recorded)
+    if path is None or not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            out.append(SlurmJob(id=int(r["job"]), name="", state="REQUEUED",
+                                start=int(r["start"]), end=int(r["end"]),
+                                nodes=[str(x) for x in r["nodes"]],
+                                idx={str(k): [int(i) for i in v] for k, v in r["idx"].items()}))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise SlurmReadError(f"{path}: line {n}: not a run of a requeued job") from None
+    return out
+
+
 def executed(s, jobs: list[SlurmJob], nodes: list[str], since: float, step_s: float,
-             recorded: dict[int, dict[str, list[int]]] | None = None) -> Executed:
-    """The (G, T) plan Slurm ran, from `since` (epoch seconds, step 0)."""
+             recorded: dict[int, dict[str, list[int]]] | None = None,
+             requeued: list[SlurmJob] = ()) -> Executed:
+    """The (G, T) plan Slurm ran, from `since` (epoch seconds, step 0);
+    `requeued`: the earlier runs of jobs serve requeued (`load_runs`)."""
     recorded = recorded or {}
     order, per_node, first = node_order(s, nodes)
     at = {n: i for i, n in enumerate(order)}
     out = Executed(owner=torch.full((s.G, s.T), bridge.IDLE, dtype=torch.long))
     runs: list[Run] = []
-    for j in sorted(jobs, key=lambda j: j.id):
+    by_id = {j.id: j for j in jobs}
+    earlier = [dataclasses.replace(by_id[r.id], state=r.state, start=r.start, end=r.end,
+                                   nodes=r.nodes, idx=r.idx)
+               for r in requeued if r.id in by_id]
+    for j in sorted([*jobs, *earlier], key=lambda j: (j.id, j.start or 0)):
         if j.state == "PENDING" or j.start is None:
             continue
         k = match(s, j)
@@ -146,8 +197,11 @@ def executed(s, jobs: list[SlurmJob], nodes: list[str], since: float, step_s: fl
             continue
         start = round((j.start - since) / step_s)
         job = s.jobs[k]
+        length = job.duration
+        if job.preemptible and j.hints.get("done", "").isdigit():  # resumed: restore, the rest
+            length = job.restart_cost + job.duration - int(j.hints["done"])
         if j.state == "RUNNING" or j.end is None:
-            end = start + (job.duration or 1)
+            end = start + (length or 1)
         else:
             end = round((j.end - since) / step_s)
         if start < 0 or start >= s.T:
@@ -157,14 +211,14 @@ def executed(s, jobs: list[SlurmJob], nodes: list[str], since: float, step_s: fl
         if end <= start:
             out.report.append(f"{tag}: ran less than half a step ({j.state}): not in the plan")
             continue
-        if job.rigid and end - start != job.duration and min(end, s.T) < s.T:
-            out.report.append(f"{tag}: ran {end - start} steps, its duration is {job.duration} "
+        if job.rigid and end - start != length and min(end, s.T) < s.T and j.state != "REQUEUED":
+            out.report.append(f"{tag}: ran {end - start} steps, its run is {length} "
                               f"({j.state})")
         if any(n not in at for n in j.nodes) or not j.nodes:
             out.report.append(f"{tag}: ran on {','.join(j.nodes)}, not all nodes of the "
                               f"scenario: not in the plan")
             continue
-        idx = recorded.get(j.id) or j.idx or {}
+        idx = (j.idx if j.state == "REQUEUED" else recorded.get(j.id) or j.idx) or {}
         count = job.gpus // len(j.nodes) if job.gpus % len(j.nodes) == 0 else None
         if count is None:
             out.report.append(f"{tag}: {job.gpus} GPUs do not split evenly over "
@@ -301,6 +355,10 @@ def record_once(jobs: list[SlurmJob], path: str | Path,
             seen[j.id] = j.idx
             new += 1
     if new:
-        text = "".join(json.dumps({"job": k, "idx": v}) + "\n" for k, v in sorted(seen.items()))
-        bridge.atomic_write_text(path, text)
+        _write_recorded(path, seen)
     return new
+
+
+def _write_recorded(path: str | Path, seen: dict[int, dict[str, list[int]]]) -> None:
+    text = "".join(json.dumps({"job": k, "idx": v}) + "\n" for k, v in sorted(seen.items()))
+    bridge.atomic_write_text(path, text)

@@ -45,7 +45,7 @@ import torch
 
 from gpualloc.slurm import bridge
 from gpualloc.slurm.client import Slurm
-from gpualloc.slurm.executed import load_recorded, record_once
+from gpualloc.slurm.executed import load_recorded, record_once, record_requeued
 from gpualloc.slurm.read import SlurmJob
 from gpualloc.slurm.snapshot import (REPLICA_TAG, Options, Snapshot, build, needed, steps_hint,
                                      waiting)
@@ -338,6 +338,9 @@ def main(a) -> int:
         made = step
         if a.recorded:
             record_once(jobs, a.recorded, seen)
+            if acts.requeue and not a.dry_run:  # Slurm keeps only a job's last run
+                record_requeued(a.recorded, [j for j in jobs if j.id in acts.requeue], boundary,
+                                seen)
         if a.dry_run:
             for line in acts.lines():
                 print(f"step {step}: {line}")
