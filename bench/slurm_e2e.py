@@ -12,6 +12,7 @@ host), four ways, each read back from Slurm and judged by the checker:
     python -m bench.slurm_e2e              # 40 steps of 3 s, 70 jobs
     python -m bench.slurm_e2e --jobs 130   # the same steps, contended (offered load 1.4)
     python -m bench.slurm_e2e --quick      # 8 steps, 14 jobs (under 3 minutes)
+    python -m bench.slurm_e2e --jobs 130 --guarantee   # the service guaranteed, training preemptible
 
 Every way runs on a fresh lab of its own (its own folder and state, the
 scheduler it needs), brought up and down by gpualloc.slurm.lab, root.
@@ -26,7 +27,12 @@ Reported per way: utilization, weighted throughput and real-time service
 of what executed, against the prediction for the same workload: PROBLEM.md's
 FIFO plan, gpualloc's `backfill` policy (a priority-backfill simulation),
 and gpualloc's online loop (simulated, oracle demand) with greedy and the
-allocator. Writes bench/results/slurm_e2e{,_quick}.{md,json}.
+allocator. With `--guarantee` the service is guaranteed (`min_served` 1.0)
+and training preemptible at restart cost 1 (bench.common.GUARANTEE): serve
+requeues what its plans or the guarantee cut (the jobs resume from their
+progress, gpualloc.slurm.sleep), Slurm's own ways preempt nothing, and the
+replica-steps short of the guarantee are reported per way. Writes
+bench/results/slurm_e2e{,_quick}{,_Njobs}{,_guarantee}.{md,json}.
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ import numpy as np
 from bench.common import ROOT, provenance, write_results
 from gpualloc.slurm import bridge, lab
 from gpualloc.slurm.client import Slurm, SlurmUnreachable
-from gpualloc.slurm.executed import executed, record_once
+from gpualloc.slurm.executed import executed, load_runs, record_once
 from gpualloc.slurm.serve import simulate
 from gpualloc.slurm.workload import submit
 
@@ -165,7 +171,8 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
         demand = d / "demand.json"
         demand.write_text(json.dumps({"jobs": [{"id": svc.id, "kind": svc.kind,
                                                 "priority": svc.priority, "gpus": svc.gpus,
-                                                "demand": svc.demand}]}))
+                                                "demand": svc.demand,
+                                                "min_served": svc.min_served}]}))
         serve = subprocess.Popen(
             [sys.executable, "-m", "gpualloc.slurm", "serve", "--policy", way.split("-")[1],
              "--step-seconds", str(step_s), "--step-minutes", str(step_s / 60),
@@ -192,7 +199,7 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
     out = serve.communicate(timeout=120)[0] if serve is not None else ""
     if serve is not None and serve.returncode != 0:
         raise RuntimeError(f"serve failed ({serve.returncode}): {out[-2000:]}")
-    from gpualloc.slurm.executed import load_recorded, load_runs
+    from gpualloc.slurm.executed import load_recorded
     seen.update(load_recorded(rec))
     record_once(slurm.jobs(), rec, seen)
     live = [j.id for j in slurm.jobs() if j.state in ("PENDING", "RUNNING")]
@@ -209,7 +216,7 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
     lab.down(d)
     log(f"{way}: {len(starts)} rigid jobs started, weighted throughput "
         f"{m['weighted_throughput']:.0f}, {'feasible' if verdict.ok_but_guarantee else 'INFEASIBLE'}")
-    return {"executed": _row(m), "feasible": verdict.ok_but_guarantee,
+    return {"executed": _row(m, s, ex.owner), "feasible": verdict.ok_but_guarantee,
             "violations": str(verdict) if not verdict.ok_but_guarantee else "",
             "report": ex.report + ex.renumbered, "rigid_submitted": len(ids),
             "rigid_started": len(starts),
@@ -217,9 +224,14 @@ def run_way(way: str, s, step_s: float, root: Path, seed: int, log) -> dict:
             "serve_log_tail": out[-1500:]}
 
 
-def _row(m: dict) -> dict:
-    return {k: m[k] for k in ("utilization", "weighted_throughput", "realtime_slo",
-                              "jobs_started", "jobs_completed")}
+def _row(m: dict, s, owner) -> dict:
+    from gpualloc.check import shortfall
+    from gpualloc.plan import segments
+    out = {k: m[k] for k in ("utilization", "weighted_throughput", "realtime_slo",
+                             "jobs_started", "jobs_completed")}
+    out["short"] = int(shortfall(s, owner).sum())  # replica-steps below the guarantee
+    out["requeued"] = int((segments(s, owner).new.sum(1) - 1).clamp(min=0).sum())
+    return out
 
 
 def predictions(s, seed: int) -> dict:
@@ -233,7 +245,7 @@ def predictions(s, seed: int) -> dict:
     for way, owner in pred.items():
         v = bridge.check(s, owner)
         assert v.ok_but_guarantee, f"{way} prediction infeasible: {v}"
-        out[way] = _row(bridge.metrics(s, owner))
+        out[way] = _row(bridge.metrics(s, owner), s, owner)
     return out
 
 
@@ -248,12 +260,16 @@ def table(result: dict) -> str:
              f"on 8 nodes x 8 GPUs, {c['steps']} steps of {c['step_s']:g} s, seed {c['seed']}"
              + (f", offered load {c['offered_load']:.2f} (the rigid jobs' GPU-steps over "
                 "what the demand leaves)" if "offered_load" in c else "") + ". "
-             "Each way on a fresh lab Slurm 22.05 cluster; what ran is read back "
+             + ("The service guaranteed (`min_served` 1.0), training preemptible at "
+                "restart cost 1. " if c.get("guarantee") else "")
+             + "Each way on a fresh lab Slurm 22.05 cluster; what ran is read back "
              "(`executed`) and checked (rules 1-3).", "",
              "| way | feasible | utilization % executed / predicted | weighted throughput "
              "executed / predicted | gap | serve's loop simulated (gap) | real-time served "
-             "executed / predicted | jobs started | worst start offset (steps) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "executed / predicted | jobs started | worst start offset (steps) |"
+             + (" replica-steps short of the guarantee, executed / predicted | runs "
+                "requeued, executed / predicted |" if c.get("guarantee") else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if c.get("guarantee") else "")]
     for way, r in result["ways"].items():
         e, p = r["executed"], result["predicted"][way]
         loop = result["predicted"].get(f"{way}/loop")
@@ -265,7 +281,9 @@ def table(result: dict) -> str:
                      f"{100 * _gap(e, p):+.1f}% | {lp} | "
                      f"{e['realtime_slo']:.3f} / {p['realtime_slo']:.3f} | "
                      f"{r['rigid_started']} of {r['rigid_submitted']} | "
-                     f"{r['start_offset_steps_max']:.2f} |")
+                     f"{r['start_offset_steps_max']:.2f} |"
+                     + (f" {e['short']} / {p['short']} | {e['requeued']} / {p['requeued']} |"
+                        if c.get("guarantee") else ""))
     w = {k: v["executed"]["weighted_throughput"] for k, v in result["ways"].items()}
     if "fifo" in w and w["fifo"]:
         lines += ["", "Executed weighted throughput against Slurm FIFO: " + ", ".join(
@@ -292,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, help="rigid jobs (default 70; 14 with --quick)")
     ap.add_argument("--ways", default=",".join(WAYS))
+    ap.add_argument("--guarantee", action="store_true",
+                    help="the service guaranteed, training preemptible (module docstring)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--lab", type=Path, default=Path(os.environ.get(
         "GPUALLOC_SLURM_BENCH_LAB", "/tmp/gpualloc-slurm-bench")))
@@ -308,9 +328,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --ways {bad[0]}: one of {', '.join(WAYS)}", file=sys.stderr)
         return 2
     s = workload(a.seed, T, jobs)
+    if a.guarantee:
+        from bench.common import GUARANTEE
+        from gpualloc.scenario.edit import with_min_served, with_preemption
+        s = with_min_served(with_preemption(s, GUARANTEE["preemptible"],
+                                            GUARANTEE["restart_cost"]), GUARANTEE["min_served"])
     result = {**provenance("bench.slurm_e2e", argv), "scenario": s.name,
               "config": {"quick": a.quick, "steps": T, "jobs": jobs, "step_s": step_s,
-                         "seed": a.seed, "offered_load": offered_load(s)},
+                         "seed": a.seed, "offered_load": offered_load(s),
+                         "guarantee": a.guarantee},
               "predicted": predictions(s, a.seed), "ways": {}}
     try:
         for way in ways:
@@ -326,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = "slurm_e2e_quick" if a.quick else "slurm_e2e"
     if a.jobs is not None:
         stem += f"_{jobs}jobs"
+    if a.guarantee:
+        stem += "_guarantee"
     write_results(a.out, stem, result, table(result))
     return 0 if all(r["feasible"] for r in result["ways"].values()) else 1
 
