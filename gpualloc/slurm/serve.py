@@ -23,8 +23,13 @@ plan's first step:
   far as the plan's first step leaves room (`settle`) and cancels the
   others, whose GPUs the plan gives to other work (`--pin-replicas`:
   each is fixed where it runs while the demand keeps it, instead);
-- a running job marked `preemptible=1` in its comment that the plan cuts is
-  requeued held (`scontrol requeuehold`), to be released again later.
+- where a guaranteed service (`min_served` in the demand file) is short of
+  its guarantee at the step, GPUs are taken from work that may yield, as
+  the online loop takes them (`bridge.held_guarantee`);
+- a running job marked `preemptible=1` in its comment that the plan or the
+  guarantee cuts is requeued held (`scontrol requeuehold`), its progress
+  written into its comment first (`done=`), to be released again later and
+  planned as its restore and the rest.
 
 It never cancels a job but its own replicas. A job it cannot place stays
 held. Killed and restarted with the same `--since`, it rebuilds everything
@@ -388,7 +393,9 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     demand (the lowest blocks), are serve's own: with `move_replicas`
     (serve's default) movable
     (`Options.move_replicas`), else each fixed where it runs while the
-    demand keeps it (`snapshot.needed`, serve's --pin-replicas). Against
+    demand keeps it (`snapshot.needed`, serve's --pin-replicas). A running
+    preemptible job the column leaves is requeued: it comes back as its
+    restore and the rest of its progress (PROBLEM.md's segments). Against
     this, an executed run measures what Slurm's execution (timing,
     placement inside nodes) changes; against gpualloc's online loop
     (gpualloc.online), what serve's simpler loop changes."""
