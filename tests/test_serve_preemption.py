@@ -86,9 +86,11 @@ def test_serve_takes_a_guaranteed_services_gpus_from_preemptible_work(policy, pr
         if share and preemptible:
             assert acts.requeue == [1] and int((col == chat).sum()) == 4
             assert acts.replicas == [("chat", "n1", 2, None)] * 2
+            assert bridge.short_now(s, col) == 0
         else:
             assert acts.requeue == [] and not (col == chat).any()
             assert torch.equal(col, s.fixed[:, 0])
+            assert bridge.short_now(s, col) == (2 if share else 0)  # serve's log line says so
 
 
 def test_the_simulated_loop_preempts_and_resumes_feasibly_with_the_guarantee():

@@ -12,7 +12,7 @@ from gpualloc.check import check
 from gpualloc.config import RunConfig
 from gpualloc.core import service_order
 from gpualloc.core.layout import layout
-from gpualloc.core.reclaim import reclaim
+from gpualloc.core.reclaim import held_replicas, reclaim
 from gpualloc.files import atomic_write_text
 from gpualloc.metrics import metrics
 from gpualloc.plan import IDLE, empty_owner, load_plan, save_plan
@@ -22,7 +22,7 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
-           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "short_now",
            "simulate_online",
            "policy_plan", "SERVE_POLICIES"]
 
@@ -75,6 +75,17 @@ def held_guarantee(view: Scenario, col: torch.Tensor) -> torch.Tensor:
     fixed = view.fixed[:, 0] if view.fixed is not None else torch.full_like(col, IDLE)
     kept = (fixed != IDLE) & ~torch.isin(fixed, torch.tensor(got.cut, dtype=torch.long))
     return out if torch.equal(out[kept], fixed[kept]) else col
+
+
+def short_now(view: Scenario, col: torch.Tensor) -> int:
+    """Guaranteed replicas the column `col` (G,) of a view's first step
+    leaves short (PROBLEM.md rule 4)."""
+    if not bool((view.min_served > 0).any()):
+        return 0
+    lay = layout(view)
+    services = np.flatnonzero(~lay.rigid)
+    held = held_replicas(lay, col.numpy().astype(np.int64), services)
+    return int(np.maximum(view.guaranteed.numpy()[services, 0] - held, 0).sum())
 
 
 def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:

@@ -101,6 +101,9 @@ class Actions:
     move: list[int] = field(default_factory=list)
     """Replica jobs of gpualloc's own on GPUs the plan gives to other work:
     cancelled (the new replicas start where the plan places the service)."""
+    short: int = 0
+    """Guaranteed replicas the step leaves short (work that cannot yield
+    holds their GPUs)."""
 
     def lines(self) -> list[str]:
         return ([f"release job {j} on {','.join(n)}" for j, n in self.release]
@@ -305,6 +308,7 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
     now_col, planned = plan_step(snap, policy, cfg, last)
     acts = decide(snap, now_col)
     acts.cancel = drop
+    acts.short = bridge.short_now(snap.scenario, now_col)
     by_id = {j.id: j for j in jobs}
     acts.comment = {i: progress_comment(by_id[i], now, o.step_minutes * 60.0)
                     for i in acts.requeue if i in by_id}
@@ -357,7 +361,9 @@ def main(a) -> int:
             print(f"step {step}: {len(acts.release)} released, {len(acts.replicas)} replicas "
                   f"started, {len(acts.cancel)} cancelled above demand, {len(acts.move)} "
                   f"cancelled for other work, "
-                  f"{len(acts.requeue)} requeued, {held} held before", flush=True)
+                  f"{len(acts.requeue)} requeued, {held} held before"
+                  + (f", {acts.short} guaranteed replicas short" if acts.short else ""),
+                  flush=True)
         if a.dry_run and a.steps is None:
             break  # a dry run shows one step
         if a.until_idle and not acts.release and not any(
