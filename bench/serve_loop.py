@@ -59,6 +59,18 @@ def replica_moves(s, owner) -> int:
     return total
 
 
+def rule4_possible(s) -> bool:
+    """Whether the guaranteed replicas of every step fit on the cluster with
+    no rigid job running (PROBLEM.md rule 4: else no plan keeps it, offline
+    or online)."""
+    from gpualloc.core.guarantee import GuaranteeError, check_guarantee
+    try:
+        check_guarantee(s)
+    except GuaranteeError:
+        return False
+    return True
+
+
 def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
             guarantee: bool = False) -> list[dict]:
     """Each of the seven's `scenarios` with each seed, then each real-trace
@@ -93,6 +105,8 @@ def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
                 "allocator free": (free, lambda: simulate(free, "allocator", cfg))}
         row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {},
                "short": {}, "requeued": {}}
+        if guarantee:
+            row["rule4_possible"] = rule4_possible(s)
         for way in GUARANTEED_WAYS if guarantee else WAYS:
             planned, run = ways[way]
             start = time.perf_counter()
@@ -122,7 +136,9 @@ def summarize(rows: list[dict]) -> dict:
         out[name] = {"runs": len(mine), "wall_s": {
             w: statistics.mean(r["wall_s"][w] for r in mine) for w in ways},
             "moves": {w: statistics.mean(r["moves"][w] for r in mine) for w in mine[0]["moves"]},
-            "short": {w: sum(r.get("short", {}).get(w, 0) for r in mine) for w in ways},
+            "short": {w: sum(r.get("short", {}).get(w, 0) for r in mine
+                             if r.get("rule4_possible", True)) for w in ways},
+            "impossible": [r["seed"] for r in mine if not r.get("rule4_possible", True)],
             "requeued": {w: statistics.mean(r.get("requeued", {}).get(w, 0) for r in mine)
                          for w in ways}}
         if "allocator free" in ways:  # what the guarantee costs each policy
@@ -163,10 +179,12 @@ def markdown(result: dict) -> str:
                 " Every service guaranteed (`min_served` 1.0) and training preemptible at "
                 "restart cost 1 (bench.common.GUARANTEE); `free`: the same policy on the "
                 "scenario without either. Short: replica-steps below the guarantee, summed "
-                "over seeds, greedy / allocator / online loop; requeued: runs a step cut "
+                "over the seeds where rule 4 is possible at all (its guaranteed replicas fit "
+                "the cluster with no rigid job running), greedy / allocator / online loop; "
+                "the seeds where it is not follow it in brackets; requeued: runs a step cut "
                 "and resumed later (segments after a job's first), mean a run, greedy / "
                 "allocator; kept: the guaranteed run's value over its free run's, greedy / "
-                "allocator."), "",
+                "allocator.") + (f" {result['note']}" if result.get("note") else ""), "",
              "| scenario | runs | " + " | ".join(f"{w} | below" for w in others)
              + " | moves a step"
              + (" | short | requeued | kept" if guaranteed else "")
@@ -180,6 +198,7 @@ def markdown(result: dict) -> str:
         extra = ""
         if guaranteed:
             extra = (" | " + " / ".join(str(r["short"][w]) for w in ways[:3])
+                     + (f" {r['impossible']}" if r["impossible"] else "")
                      + " | " + " / ".join(f"{r['requeued'][w]:.1f}" for w in ways[:2])
                      + " | " + " / ".join(f"x{v:.4f}" for v in r["kept"].values()))
         lines.append(f"| {name} | {r['runs']} | {cells} | {moves}{extra} | {times} |")
