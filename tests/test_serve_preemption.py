@@ -142,3 +142,29 @@ def test_executed_holds_the_runs_serve_ended_by_requeueing(tmp_path):
     assert held == [4, 4, 0, 0, 4, 4, 4, 4, 0, 0], held
     assert check(s, ex.owner).ok and not any("ran" in r for r in ex.report), ex.report
     assert bridge.metrics(s, ex.owner)["weighted_throughput"] == 5 * 4 * 5  # done: 5 steps
+
+
+def test_a_running_job_the_plan_moves_at_once_is_requeued_not_left_in_two_places():
+    # A plan may end a preemptible job's segment and start the next one on
+    # other GPUs at the same step; Slurm cannot move a running job, so the
+    # step takes it out (serve requeues it) and leaves its old GPUs to the
+    # plan's other work.
+    from gpualloc.slurm import bridge
+    from gpualloc.slurm.serve import in_place
+    s = bridge.from_dict({
+        "name": "one", "horizon": 4, "step_minutes": 1,
+        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 4, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": [{"id": "t", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
+                  "duration": 4, "preemptible": True, "restart_cost": 1},
+                 {"id": "q", "kind": "quantization", "priority": 5, "arrival": 0, "gpus": 2,
+                  "duration": 2},
+                 {"id": "u", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
+                  "duration": 4}]})
+    s.fixed = torch.full((4, 4), -1, dtype=torch.long)
+    s.fixed[1, :] = 0  # t runs on GPU 1
+    s.fixed[3, :] = 2  # u (not preemptible) on GPU 3
+    moved = torch.tensor([1, 1, 0, 2])  # q takes GPUs 0-1, t moves to GPU 2
+    assert in_place(s, moved).tolist() == [1, 1, -1, 2]
+    kept = torch.tensor([-1, 0, -1, 2])
+    assert in_place(s, kept) is kept

@@ -22,7 +22,7 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
-           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "short_now",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "short_now", "demand_seen",
            "simulate_online",
            "policy_plan", "SERVE_POLICIES"]
 
@@ -88,15 +88,34 @@ def short_now(view: Scenario, col: torch.Tensor) -> int:
     return int(np.maximum(view.guaranteed.numpy()[services, 0] - held, 0).sum())
 
 
-def simulate_online(s: Scenario, policy: str, seed: int = 0) -> torch.Tensor:
+def simulate_online(s: Scenario, policy: str, seed: int = 0,
+                    forecast: str = "oracle") -> torch.Tensor:
     """(G, T) what gpualloc's online loop (simulated, gpualloc.online) does
-    with `s`: the prediction a served run is held to."""
+    with `s`, replanning every step: the prediction a served run is held to.
+    `forecast`: online.forecast (oracle: serve reads the true curves from
+    its --demand file)."""
     from gpualloc.online import online
     cfg = copy.deepcopy(RunConfig(device="cpu", seed=seed, mode="online"))
     cfg.solver.time_limit_s = None
     cfg.solver.progress = False
-    cfg.online.forecast = "oracle"  # serve reads the demand curves from its --demand file
+    cfg.online.forecast = forecast
     return online(s, POLICIES[policy], cfg, "cpu", name=policy).owner
+
+
+def demand_seen(s: Scenario, k: int, steps: int, method: str) -> np.ndarray:
+    """(J, steps) each service's demand as an autoscaler would write it into
+    serve's demand file at step k: the actual demand of step k, then
+    `method`'s forecast from the demand observed up to k (online.forecast:
+    last_day, ewma; gpualloc.online.observe.guess); rigid jobs' rows zero."""
+    from gpualloc.config import OnlineConfig
+    from gpualloc.online.observe import guess
+    services = np.flatnonzero(~s.rigid.numpy())
+    out = np.zeros((s.J, steps), dtype=np.int64)
+    history = s.demand.numpy()[services, :k + 1]
+    out[services, 0] = history[:, k]
+    out[services, 1:] = guess(method, history, k, s.arrival.numpy()[services], steps - 1,
+                              OnlineConfig(), s.step_minutes)
+    return out
 
 
 def policy_plan(s: Scenario, name: str, seed: int = 0) -> torch.Tensor:

@@ -185,7 +185,22 @@ def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
     if last is not None:
         s.hint = carried(last, s)
     plan = bridge.plan_now(s, policy, cfg)
-    return settle(bridge.held_guarantee(s, plan[:, 0]), snap), (plan, [j.id for j in s.jobs])
+    col = bridge.held_guarantee(s, in_place(s, plan[:, 0]))
+    return settle(col, snap), (plan, [j.id for j in s.jobs])
+
+
+def in_place(s, col: torch.Tensor) -> torch.Tensor:
+    """The column `col` (G,) with each running preemptible job that it moves
+    (a new segment on other GPUs at once, as a plan may make one) taken out:
+    Slurm cannot move a running job, so serve requeues it, and the next
+    step plans it again."""
+    fixed = s.fixed[:, 0]  # (G,)
+    out = col
+    for k in torch.unique(fixed[fixed != bridge.IDLE]).tolist():
+        if s.jobs[k].rigid and not torch.equal(col == k, fixed == k) and bool((col == k).any()):
+            out = out.clone() if out is col else out
+            out[out == k] = bridge.IDLE
+    return out
 
 
 def carried(last, s) -> torch.Tensor:
@@ -389,7 +404,7 @@ def _sleep_recording(slurm: Slurm, seconds: float, path: str | None, seen: dict)
 
 
 def simulate(s, policy: str, cfg, horizon: int | None = None,
-             move_replicas: bool = True) -> torch.Tensor:
+             move_replicas: bool = True, forecast: str = "oracle") -> torch.Tensor:
     """(G, T) what `serve` does with the scenario `s` when Slurm does exactly
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
@@ -401,7 +416,10 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     (`Options.move_replicas`), else each fixed where it runs while the
     demand keeps it (`snapshot.needed`, serve's --pin-replicas). A running
     preemptible job the column leaves is requeued: it comes back as its
-    restore and the rest of its progress (PROBLEM.md's segments). Against
+    restore and the rest of its progress (PROBLEM.md's segments).
+    `forecast`: the demand file as an autoscaler rewrites it each step (the
+    step's actual demand, then this forecast from the demand seen so far:
+    `bridge.demand_seen`); oracle: the true curves. Against
     this, an executed run measures what Slurm's execution (timing,
     placement inside nodes) changes; against gpualloc's online loop
     (gpualloc.online), what serve's simpler loop changes."""
@@ -415,6 +433,7 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     docs_all = whole["jobs"]
     for k in range(s.T):
         docs, index, cells, loose = [], [], [], {}
+        seen = None if forecast == "oracle" else bridge.demand_seen(s, k, H, forecast)
         for j, job in enumerate(s.jobs):
             if job.arrival > k:
                 continue
@@ -430,8 +449,11 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                     d["duration"] = job.restart_cost + job.duration - made[j]
                 docs.append(d)
             else:
-                dem = list(job.demand[k:H + k])
-                d["demand"] = dem + [dem[-1]] * (H - len(dem))
+                if seen is None:
+                    dem = list(job.demand[k:H + k])
+                    d["demand"] = dem + [dem[-1]] * (H - len(dem))
+                else:
+                    d["demand"] = seen[j].tolist()
                 held = ((owner[:, k - 1] == j).nonzero().flatten()[: job.demand[k] * job.gpus]
                         if k else torch.empty(0, dtype=torch.long))
                 blocks = [held[r * job.gpus:(r + 1) * job.gpus]
