@@ -72,10 +72,12 @@ def rule4_possible(s) -> bool:
 
 
 def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
-            guarantee: bool = False) -> list[dict]:
+            guarantee: bool = False, forecast: str = "oracle",
+            headroom: float = 0.0) -> list[dict]:
     """Each of the seven's `scenarios` with each seed, then each real-trace
     window (bench.online_traces.WINDOWS, seed 0); `guarantee`: as the module
-    docstring says."""
+    docstring says; `forecast`, `headroom`: serve.simulate's (the online
+    loop with the same forecast)."""
     import gpualloc as ga
     from bench.common import GUARANTEE
     from gpualloc.check import check, shortfall
@@ -95,14 +97,17 @@ def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
                                                 GUARANTEE["restart_cost"]),
                                 GUARANTEE["min_served"])
         cfg = bridge.serve_config(seed)
-        ways = {"greedy": (s, lambda: simulate(s, "greedy", cfg)),
-                "allocator": (s, lambda: simulate(s, "allocator", cfg)),
-                "greedy pinned": (s, lambda: simulate(s, "greedy", cfg, move_replicas=False)),
+        kw = dict(forecast=forecast, headroom=headroom)
+        ways = {"greedy": (s, lambda: simulate(s, "greedy", cfg, **kw)),
+                "allocator": (s, lambda: simulate(s, "allocator", cfg, **kw)),
+                "greedy pinned":
+                    (s, lambda: simulate(s, "greedy", cfg, move_replicas=False, **kw)),
                 "allocator pinned":
-                    (s, lambda: simulate(s, "allocator", cfg, move_replicas=False)),
-                "online loop": (s, lambda: bridge.simulate_online(s, "allocator", seed)),
-                "greedy free": (free, lambda: simulate(free, "greedy", cfg)),
-                "allocator free": (free, lambda: simulate(free, "allocator", cfg))}
+                    (s, lambda: simulate(s, "allocator", cfg, move_replicas=False, **kw)),
+                "online loop":
+                    (s, lambda: bridge.simulate_online(s, "allocator", seed, forecast)),
+                "greedy free": (free, lambda: simulate(free, "greedy", cfg, **kw)),
+                "allocator free": (free, lambda: simulate(free, "allocator", cfg, **kw))}
         row = {"scenario": name, "seed": seed, "value": {}, "wall_s": {}, "moves": {},
                "short": {}, "requeued": {}}
         if guarantee:
@@ -164,7 +169,13 @@ def markdown(result: dict) -> str:
              (f"Seeds {result['seeds']} of the seven's contended scenarios. "
               if any(r["scenario"] not in result.get("windows", []) for r in result["rows"])
               else "") + "At each step the view serve would snapshot, the "
-             "policy's plan of it (true demand curves), its first step taken "
+             "policy's plan of it ("
+             + ("true demand curves" if result.get("forecast", "oracle") == "oracle" else
+                f"the step's actual demand, then the `{result['forecast']}` forecast from the "
+                f"demand seen so far, as an autoscaler would rewrite serve's demand file; "
+                f"--guarantee-headroom {result.get('headroom', 0):g}; the online loop with "
+                f"the same forecast")
+             + "), its first step taken "
              "(`gpualloc.slurm.serve.simulate`), with serve's settings (the online loop's "
              "full replan). Lead: the way's weighted throughput over greedy's (serve's "
              "default: replicas movable), mean over seeds; below: the seeds where it is "
@@ -219,11 +230,18 @@ def main(argv=None) -> int:
                     help="real-trace windows too (seed 0 each; their role in WINDOWS)")
     ap.add_argument("--guarantee", action="store_true",
                     help="every service guaranteed, training preemptible (module docstring)")
+    ap.add_argument("--forecast", default="oracle", choices=["oracle", "last_day", "ewma"],
+                    help="the demand file as an autoscaler rewrites it each step: the step's "
+                         "actual demand, then this forecast (oracle: the true curves)")
+    ap.add_argument("--headroom", type=float, default=0.0,
+                    help="serve's --guarantee-headroom")
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
-    rows = measure(args.scenarios, args.seeds, args.windows, args.guarantee)
+    rows = measure(args.scenarios, args.seeds, args.windows, args.guarantee, args.forecast,
+                   args.headroom)
     result = {"seeds": args.seeds, "windows": args.windows, "guarantee": args.guarantee,
+              "forecast": args.forecast, "headroom": args.headroom,
               "rows": rows,
               "summary": summarize(rows),
               **provenance("bench.serve_loop", argv)}

@@ -4,6 +4,7 @@ requeues one, the guarantee held at a step, and the simulated loop."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -13,6 +14,16 @@ from gpualloc.slurm.read import SlurmJob, SlurmNode
 
 NOW = 1_800_000_000.0
 NODES = [SlurmNode("n1", "mixed", ["gpu"], 8, "h100")]
+
+
+def one_node(gpus: int, horizon: int, jobs: list[dict]):
+    """A scenario of one node of `gpus` GPUs (PROBLEM.md's file form)."""
+    from gpualloc.slurm import bridge
+    return bridge.from_dict({
+        "name": "one", "horizon": horizon, "step_minutes": 1,
+        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": gpus, "gpu_type": "h100",
+                               "memory_gb": 80}]},
+        "jobs": jobs})
 
 
 def job(i, state, comment, gpus=8, **kw):
@@ -119,12 +130,8 @@ def test_executed_holds_the_runs_serve_ended_by_requeueing(tmp_path):
     from gpualloc.slurm import bridge
     from gpualloc.slurm.executed import (executed, load_recorded, load_runs, record_once,
                                          record_requeued)
-    s = bridge.from_dict({
-        "name": "one", "horizon": 10, "step_minutes": 1,
-        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 8, "gpu_type": "h100",
-                               "memory_gb": 80}]},
-        "jobs": [{"id": "train", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
-                  "duration": 5, "preemptible": True, "restart_cost": 1}]})
+    s = one_node(8, 10, [{"id": "train", "kind": "training", "priority": 5, "arrival": 0, "gpus": 4,
+                  "duration": 5, "preemptible": True, "restart_cost": 1}])
     since, rec = NOW, tmp_path / "gpus.jsonl"
     first = job(7, "RUNNING", "id=train kind=training preemptible=1 restart_cost=1", gpus=4,
                 nodes=["n1"], start=int(since), idx={"n1": [4, 5, 6, 7]})
@@ -149,18 +156,13 @@ def test_a_running_job_the_plan_moves_at_once_is_requeued_not_left_in_two_places
     # other GPUs at the same step; Slurm cannot move a running job, so the
     # step takes it out (serve requeues it) and leaves its old GPUs to the
     # plan's other work.
-    from gpualloc.slurm import bridge
     from gpualloc.slurm.serve import in_place
-    s = bridge.from_dict({
-        "name": "one", "horizon": 4, "step_minutes": 1,
-        "cluster": {"pools": [{"name": "p", "count": 1, "gpus_per_node": 4, "gpu_type": "h100",
-                               "memory_gb": 80}]},
-        "jobs": [{"id": "t", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
+    s = one_node(4, 4, [{"id": "t", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
                   "duration": 4, "preemptible": True, "restart_cost": 1},
                  {"id": "q", "kind": "quantization", "priority": 5, "arrival": 0, "gpus": 2,
                   "duration": 2},
                  {"id": "u", "kind": "training", "priority": 1, "arrival": 0, "gpus": 1,
-                  "duration": 4}]})
+                  "duration": 4}])
     s.fixed = torch.full((4, 4), -1, dtype=torch.long)
     s.fixed[1, :] = 0  # t runs on GPU 1
     s.fixed[3, :] = 2  # u (not preemptible) on GPU 3
@@ -168,3 +170,47 @@ def test_a_running_job_the_plan_moves_at_once_is_requeued_not_left_in_two_places
     assert in_place(s, moved).tolist() == [1, 1, -1, 2]
     kept = torch.tensor([-1, 0, -1, 2])
     assert in_place(s, kept) is kept
+
+
+def test_a_demand_file_rewritten_while_serve_runs_may_start_at_a_later_step(tmp_path):
+    # serve reads --demand again at every step (an autoscaler may rewrite it:
+    # the step's actual demand, then its forecast); `step: K` says where the
+    # curves start, and a file whose curves start after the step is refused.
+    from gpualloc.slurm.__main__ import UsageError, read_demand
+    path = tmp_path / "demand.json"
+    chat = {"id": "chat", "kind": "realtime_inference", "priority": 1, "gpus": 1,
+            "min_served": 1.0}
+    path.write_text(json.dumps({"jobs": [{**chat, "demand": [3, 4]}]}))
+    assert read_demand(str(path), 5)[0]["demand"] == [3, 4]
+    path.write_text(json.dumps({"step": 5, "jobs": [{**chat, "demand": [3, 4]}]}))
+    assert read_demand(str(path), 5)[0]["demand"] == [0, 0, 0, 0, 0, 3, 4]
+    assert read_demand(str(path), 6)[0]["demand"][6] == 4
+    with pytest.raises(UsageError, match="start after this step, 4"):
+        read_demand(str(path), 4)
+    path.write_text(json.dumps({"step": -1, "jobs": [{**chat, "demand": [3]}]}))
+    with pytest.raises(UsageError, match="step -1"):
+        read_demand(str(path))
+
+
+def test_the_guarantee_is_held_beside_a_cut_the_plan_made_itself():
+    # The plan cuts training job a for a higher-priority job c on its GPUs;
+    # the guarantee then needs b's GPUs too. The step keeps c where the plan
+    # put it and cuts b (a held check against the running jobs' cells once
+    # refused every such step).
+    from gpualloc.slurm import bridge
+    s = one_node(8, 4, [{"id": "a", "kind": "training", "priority": 1, "arrival": 0, "gpus": 4,
+                  "duration": 4, "preemptible": True, "restart_cost": 1},
+                 {"id": "b", "kind": "training", "priority": 1, "arrival": 0, "gpus": 4,
+                  "duration": 4, "preemptible": True, "restart_cost": 1},
+                 {"id": "c", "kind": "quantization", "priority": 9, "arrival": 0, "gpus": 4,
+                  "duration": 2},
+                 {"id": "chat", "kind": "realtime_inference", "priority": 1, "arrival": 0,
+                  "gpus": 2, "demand": [2] * 4, "min_served": 1.0}])
+    s.fixed = torch.full((8, 4), -1, dtype=torch.long)
+    s.fixed[:4] = 0
+    s.fixed[4:] = 1
+    col = torch.tensor([2, 2, 2, 2, 1, 1, 1, 1])
+    assert bridge.short_now(s, col) == 2
+    out = bridge.held_guarantee(s, col)
+    assert out[:4].tolist() == [2] * 4 and out[4:].tolist() == [3] * 4
+    assert bridge.short_now(s, out) == 0

@@ -281,7 +281,7 @@ def between_replans(s: Scenario, o: OnlineConfig, oracle, tau: int, stop: int,
                 first = None
             # Both checks hold or the job waits; the room ahead fails far more often.
             if first is not None and guarded and not (
-                    _room_for_guarantee(s, v, index, owner, t, j, first, o)
+                    room_for_guarantee(s, v, index, owner, t, j, first, o)
                     and _leaves_guarantee(s, owner, t, j, first)):
                 first = None
             if first is None:
@@ -359,7 +359,7 @@ def _leaves_guarantee(s: Scenario, owner: torch.Tensor, t: int, j: int, first: i
     return guaranteed_short(lay, column, order, guaranteed) <= short
 
 
-def _room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch.Tensor,
+def room_for_guarantee(s: Scenario, v: Scenario, index: list[int], owner: torch.Tensor,
                         t: int, j: int, first: int, o: OnlineConfig) -> bool:
     """Whether, beside rigid job j (not preemptible) on the block at `first`,
     the guaranteed replicas of each later step of its run, their forecast

@@ -58,7 +58,9 @@ def epoch(text: str) -> float:
                          f"(2026-12-01T12:28:04)") from None
 
 
-def _demand(path: str | None) -> list[dict] | None:
+def read_demand(path: str | None, step: int | None = None) -> list[dict] | None:
+    """The services of a demand file, each curve from step 0 (`step`: the
+    step serve reads it at, which the curves must not start after)."""
     if path is None:
         return None
     import yaml
@@ -70,7 +72,17 @@ def _demand(path: str | None) -> list[dict] | None:
     if not isinstance(jobs, list) or not all(
             isinstance(j, dict) and j.get("kind") in bridge.ELASTIC_KINDS for j in jobs):
         raise UsageError(f"{path}: expected {{jobs: [...]}} of realtime_inference jobs")
-    return jobs
+    # A file rewritten while serve runs (an autoscaler's) may start its curves
+    # at a later step: `step: K`, the step of each list's first entry. The
+    # steps before it are never read again: padded.
+    first = doc.get("step", 0)
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise UsageError(f"{path}: step {first!r}: the step of the curves' first entry, a "
+                         f"whole number >= 0")
+    if step is not None and first > step:
+        raise UsageError(f"{path}: step {first}: its curves start after this step, {step}")
+    return [{**j, "demand": [0] * first + list(j.get("demand") or [])} if first else j
+            for j in jobs] if first else jobs
 
 
 def add_snapshot_options(p: argparse.ArgumentParser) -> None:
@@ -115,7 +127,7 @@ def snapshot_options(a):
     return Options(step_minutes=a.step_minutes, horizon=a.horizon, kind_map=kinds,
                    priority_map=_pairs(a.priority_map, "--priority-map", number=True),
                    default_kind=dk, default_priority=a.default_priority,
-                   slurm_priority=a.slurm_priority, memory_gb=mem, demand=_demand(a.demand))
+                   slurm_priority=a.slurm_priority, memory_gb=mem, demand=read_demand(a.demand))
 
 
 def _read_state(a, slurm: Slurm, nodes: bool = True):

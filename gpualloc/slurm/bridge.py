@@ -22,7 +22,7 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
-           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "short_now", "demand_seen",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "guarded_starts", "short_now", "demand_seen",
            "simulate_online",
            "policy_plan", "SERVE_POLICIES"]
 
@@ -60,9 +60,9 @@ def held_guarantee(view: Scenario, col: torch.Tensor) -> torch.Tensor:
     demand (PROBLEM.md rule 4 online), as the online loop's autoscaler does
     it (gpualloc.core.reclaim): idle GPUs, then replicas above their own
     guarantee, then preemptible jobs, lowest priority first (cut: they hold
-    nothing in the column). Kept as it is where that helps no service, or
-    would move a fixed cell of anything but a job it cuts (a user's replica
-    or a pinned one: Slurm runs it where it runs)."""
+    nothing in the column; the rigid work it keeps stays where the column
+    has it). Kept as it is where that helps no service, or would move a
+    fixed replica (a user's or a pinned one: Slurm runs it where it runs)."""
     if not bool((view.min_served > 0).any()):
         return col
     lay = layout(view)
@@ -73,8 +73,43 @@ def held_guarantee(view: Scenario, col: torch.Tensor) -> torch.Tensor:
         return col
     out = torch.from_numpy(got.column)
     fixed = view.fixed[:, 0] if view.fixed is not None else torch.full_like(col, IDLE)
-    kept = (fixed != IDLE) & ~torch.isin(fixed, torch.tensor(got.cut, dtype=torch.long))
-    return out if torch.equal(out[kept], fixed[kept]) else col
+    rigid = torch.cat([view.rigid, torch.tensor([True])])  # IDLE reads the spare last entry
+    pinned = (fixed != IDLE) & ~rigid[fixed]  # a fixed replica: Slurm runs it where it runs
+    return out if torch.equal(out[pinned], fixed[pinned]) else col
+
+
+def guarded_starts(view: Scenario, col: torch.Tensor, headroom: float) -> torch.Tensor:
+    """The column `col` (G,) of a view's first step with each start of work
+    that cannot yield (rigid, not preemptible, not running) taken out where,
+    beside it and the starts kept before it (priority order), the
+    guaranteed replicas of its run's steps, the view's curves raised by
+    `headroom` and rounded up, would not fit on the GPUs such work leaves
+    them: the online loop's start check (online.start.room_for_guarantee,
+    online.guarantee_headroom), for a demand file whose curves are a
+    forecast. `headroom` 0: the curves are the demand (kept as it is)."""
+    if not headroom > 0 or not bool((view.min_served > 0).any()):
+        return col
+    from gpualloc.config import OnlineConfig
+    from gpualloc.core import priority_order
+    from gpualloc.online.start import room_for_guarantee
+    o = OnlineConfig(forecast="last_day", guarantee_headroom=headroom,
+                     guarantee_headroom_first_day=headroom)  # every view job arrives at 0
+    lay = layout(view)
+    owner = (view.fixed.clone() if view.fixed is not None
+             else torch.full((view.G, view.T), IDLE, dtype=torch.long))
+    running = torch.zeros(view.J + 1, dtype=torch.bool)
+    running[owner[:, 0]] = True  # IDLE reads the spare last entry
+    starts = [k for k in torch.unique(col[col != IDLE]).tolist()
+              if lay.rigid[k] and not lay.preemptible[k] and not running[k]]
+    out = col.clone()
+    index = list(range(view.J))
+    for k in priority_order(view, starts):
+        first = int((col == k).nonzero()[0])
+        if room_for_guarantee(view, view, index, owner, 0, k, first, o):
+            owner[first:first + int(lay.gpus[k]), :int(lay.duration[k])] = k
+        else:
+            out[out == k] = IDLE
+    return out
 
 
 def short_now(view: Scenario, col: torch.Tensor) -> int:

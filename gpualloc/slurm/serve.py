@@ -78,6 +78,12 @@ def add_options(p) -> None:
                         "works around it); by default serve moves a replica whose GPUs the "
                         "plan gives to other work (cancelled there, started where the plan "
                         "places the service)")
+    p.add_argument("--guarantee-headroom", type=float, default=0.0, metavar="F",
+                   help="where the demand file's curves are a forecast (an autoscaler rewrites "
+                        "it): work that cannot yield starts only where the guaranteed "
+                        "replicas of its run, the curves raised by this share, still fit "
+                        "(the online loop's online.guarantee_headroom; default 0: the curves "
+                        "are the demand)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="stop the allocator's search on the clock too (default: its budget "
@@ -172,12 +178,15 @@ def settle(col: torch.Tensor, snap) -> torch.Tensor:
     return col
 
 
-def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
+def plan_step(snap, policy: str, cfg, last=None,
+              headroom: float = 0.0) -> tuple[torch.Tensor, tuple]:
     """((G,) the column serve takes now, (the plan, its jobs' ids)): the
     plan's first step, the guarantee held where the plan leaves a guaranteed
     service short (`bridge.held_guarantee`: preemptible jobs cut there are
-    requeued), the services' replicas settled on the nodes where theirs run
-    (`settle`). `last` = (the plan of a step before, its jobs'
+    requeued; with `headroom`, starts of work that cannot yield kept only
+    where the guarantee's forecast raised by it still fits,
+    `bridge.guarded_starts`), the services' replicas settled on the nodes
+    where theirs run (`settle`). `last` = (the plan of a step before, its jobs'
     ids, steps since) is the allocator's hint, as at the online loop's
     replans (`Scenario.hint`: a start its search competes with, so a step's
     plan does not throw away the last one's)."""
@@ -185,7 +194,7 @@ def plan_step(snap, policy: str, cfg, last=None) -> tuple[torch.Tensor, tuple]:
     if last is not None:
         s.hint = carried(last, s)
     plan = bridge.plan_now(s, policy, cfg)
-    col = bridge.held_guarantee(s, in_place(s, plan[:, 0]))
+    col = bridge.held_guarantee(s, bridge.guarded_starts(s, in_place(s, plan[:, 0]), headroom))
     return settle(col, snap), (plan, [j.id for j in s.jobs])
 
 
@@ -310,7 +319,7 @@ def progress_comment(j: SlurmJob, now: float, step_s: float) -> str:
 
 
 def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
-              demand: list[dict] | None, last=None):
+              demand: list[dict] | None, last=None, headroom: float = 0.0):
     """One step: snapshot, plan (`last`: see plan_step), decide. Returns
     (snapshot, the column taken now, actions, jobs, (the plan, its jobs'
     ids))."""
@@ -320,7 +329,7 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
     nodes = slurm.nodes()
     drop = surplus(jobs, demand, step, now, o.step_minutes * 60.0)
     snap = build(nodes, [j for j in managed(jobs) if j.id not in drop], o, now)
-    now_col, planned = plan_step(snap, policy, cfg, last)
+    now_col, planned = plan_step(snap, policy, cfg, last, headroom)
     acts = decide(snap, now_col)
     acts.cancel = drop
     acts.short = bridge.short_now(snap.scenario, now_col)
@@ -331,9 +340,11 @@ def step_once(slurm: Slurm, o: Options, policy: str, cfg, now: float, step: int,
 
 
 def main(a) -> int:
-    from gpualloc.slurm.__main__ import UsageError, epoch, snapshot_options
+    from gpualloc.slurm.__main__ import UsageError, read_demand, epoch, snapshot_options
     if a.time_limit is not None and not a.time_limit > 0:
         raise UsageError(f"--time-limit {a.time_limit:g}: must be above 0 seconds")
+    if not (a.guarantee_headroom >= 0 and math.isfinite(a.guarantee_headroom)):
+        raise UsageError(f"--guarantee-headroom {a.guarantee_headroom:g}: a share >= 0")
     o = snapshot_options(a)
     o.move_replicas = not a.pin_replicas
     demand = o.demand
@@ -357,8 +368,13 @@ def main(a) -> int:
         if wait > 0:
             _sleep_recording(slurm, wait, a.recorded, seen)
         last = None if planned is None else (*planned, step - made)
+        if a.demand:  # read again at each step: an autoscaler may rewrite it
+            try:
+                demand = read_demand(a.demand, step)
+            except UsageError as e:
+                print(f"step {step}: not done: {e} (the last demand kept)", flush=True)
         snap, _, acts, jobs, planned = step_once(slurm, o, a.policy, cfg, boundary, step, demand,
-                                                 last)
+                                                 last, a.guarantee_headroom)
         made = step
         if a.recorded:
             record_once(jobs, a.recorded, seen)
@@ -404,7 +420,8 @@ def _sleep_recording(slurm: Slurm, seconds: float, path: str | None, seen: dict)
 
 
 def simulate(s, policy: str, cfg, horizon: int | None = None,
-             move_replicas: bool = True, forecast: str = "oracle") -> torch.Tensor:
+             move_replicas: bool = True, forecast: str = "oracle",
+             headroom: float = 0.0) -> torch.Tensor:
     """(G, T) what `serve` does with the scenario `s` when Slurm does exactly
     what it is told, at once: at each step the view it would snapshot (jobs
     arrived and not started, arrival 0; running ones fixed on their GPUs for
@@ -419,7 +436,8 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
     restore and the rest of its progress (PROBLEM.md's segments).
     `forecast`: the demand file as an autoscaler rewrites it each step (the
     step's actual demand, then this forecast from the demand seen so far:
-    `bridge.demand_seen`); oracle: the true curves. Against
+    `bridge.demand_seen`); oracle: the true curves; `headroom`: serve's
+    --guarantee-headroom. Against
     this, an executed run measures what Slurm's execution (timing,
     placement inside nodes) changes; against gpualloc's online loop
     (gpualloc.online), what serve's simpler loop changes."""
@@ -473,7 +491,7 @@ def simulate(s, policy: str, cfg, horizon: int | None = None,
                         replicas={vj: [(-1, names[int(s.gpu_node[b[0]])]) for b in blocks]
                                   for vj, blocks in loose.items()})
         col, planned = plan_step(snap, policy, cfg,
-                                 None if planned is None else (*planned, 1))
+                                 None if planned is None else (*planned, 1), headroom)
         # A running job the column leaves is requeued (serve's `requeue`, only
         # preemptible ones): its cells from now on are cleared before anything
         # starts on them. Its progress: the steps it ran, less its restore
