@@ -214,3 +214,24 @@ def test_the_guarantee_is_held_beside_a_cut_the_plan_made_itself():
     out = bridge.held_guarantee(s, col)
     assert out[:4].tolist() == [2] * 4 and out[4:].tolist() == [3] * 4
     assert bridge.short_now(s, out) == 0
+
+
+def test_with_headroom_work_that_cannot_yield_starts_only_where_the_raised_curve_fits():
+    # Demand file curves as a forecast: 2 replicas of 2 GPUs. Beside a 4-GPU
+    # job that cannot yield they fit (8 GPUs), raised by half (3 replicas)
+    # they do not: with --guarantee-headroom 0.5 the start waits; a
+    # preemptible job starts either way (a step reclaims its GPUs).
+    from gpualloc.slurm import bridge
+    chat = {"id": "chat", "kind": "realtime_inference", "priority": 1, "arrival": 0, "gpus": 2,
+            "demand": [2] * 4, "min_served": 1.0}
+    for preemptible in (False, True):
+        q = {"id": "q", "kind": "quantization", "priority": 5, "arrival": 0, "gpus": 4,
+             "duration": 3}
+        if preemptible:
+            q = {**q, "kind": "training", "preemptible": True}
+        s = one_node(8, 4, [q, chat])
+        s.fixed = torch.full((8, 4), -1, dtype=torch.long)
+        col = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+        assert bridge.guarded_starts(s, col, 0.0) is col
+        kept = bridge.guarded_starts(s, col, 0.5)
+        assert kept.tolist() == ([0] * 4 if preemptible else [-1] * 4) + [1] * 4
