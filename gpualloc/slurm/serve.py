@@ -31,8 +31,9 @@ plan's first step:
   written into its comment first (`done=`), to be released again later and
   planned as its restore and the rest.
 
-It never cancels a job but its own replicas. A job it cannot place stays
-held. Killed and restarted with the same `--since`, it rebuilds everything
+The demand file is read again at every step (an autoscaler may rewrite
+it). It never cancels a job but its own replicas. A job it cannot place
+stays held. Killed and restarted with the same `--since`, it rebuilds everything
 from Slurm (a released job is no longer held, so none starts twice).
 Pending jobs that are not held are Slurm's own: left to it (a released job
 still waiting on its nodes holds its place there in the plan). `--dry-run`
