@@ -73,7 +73,7 @@ def rule4_possible(s) -> bool:
 
 def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
             guarantee: bool = False, forecast: str = "oracle",
-            headroom: float = 0.0) -> list[dict]:
+            headroom: float = 0.0, only: list[str] | None = None) -> list[dict]:
     """Each of the seven's `scenarios` with each seed, then each real-trace
     window (bench.online_traces.WINDOWS, seed 0); `guarantee`: as the module
     docstring says; `forecast`, `headroom`: serve.simulate's (the online
@@ -112,7 +112,8 @@ def measure(scenarios: list[str], seeds: list[int], windows: list[str] = (),
                "short": {}, "requeued": {}}
         if guarantee:
             row["rule4_possible"] = rule4_possible(s)
-        for way in GUARANTEED_WAYS if guarantee else WAYS:
+        for way in [w for w in (GUARANTEED_WAYS if guarantee else WAYS)
+                    if only is None or w in only]:
             planned, run = ways[way]
             start = time.perf_counter()
             owner = run()
@@ -160,7 +161,7 @@ def summarize(rows: list[dict]) -> dict:
 def markdown(result: dict) -> str:
     ways = list(result["rows"][0]["value"])
     others = ways[1:]
-    guaranteed = "allocator free" in ways
+    guaranteed = bool(result.get("guarantee")) or "allocator free" in ways
     lines = ["# serve's loop simulated" + (", every service guaranteed" if guaranteed else ""),
              "",
              f"Commit {result['commit']}, {result['date']}; machine: "
@@ -208,10 +209,12 @@ def markdown(result: dict) -> str:
         times = " / ".join(f"{r['wall_s'][w]:.1f}" for w in ways)
         extra = ""
         if guaranteed:
-            extra = (" | " + " / ".join(str(r["short"][w]) for w in ways[:3])
+            planned = [w for w in ways if not w.endswith(" free")]
+            extra = (" | " + " / ".join(str(r["short"][w]) for w in planned)
                      + (f" {r['impossible']}" if r["impossible"] else "")
                      + " | " + " / ".join(f"{r['requeued'][w]:.1f}" for w in ways[:2])
-                     + " | " + " / ".join(f"x{v:.4f}" for v in r["kept"].values()))
+                     + " | " + (" / ".join(f"x{v:.4f}" for v in r["kept"].values())
+                                if "kept" in r else "-"))
         lines.append(f"| {name} | {r['runs']} | {cells} | {moves}{extra} | {times} |")
     lines += ["", "| scenario | seed | " + " | ".join(ways) + " |",
               "|---|---|" + "---|" * len(ways)]
@@ -235,11 +238,12 @@ def main(argv=None) -> int:
                          "actual demand, then this forecast (oracle: the true curves)")
     ap.add_argument("--headroom", type=float, default=0.0,
                     help="serve's --guarantee-headroom")
+    ap.add_argument("--ways", help="only these ways, comma-separated (greedy first)")
     ap.add_argument("--tag", default="", help="suffix of the output stem")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     rows = measure(args.scenarios, args.seeds, args.windows, args.guarantee, args.forecast,
-                   args.headroom)
+                   args.headroom, args.ways.split(",") if args.ways else None)
     result = {"seeds": args.seeds, "windows": args.windows, "guarantee": args.guarantee,
               "forecast": args.forecast, "headroom": args.headroom,
               "rows": rows,
