@@ -22,8 +22,8 @@ from gpualloc.scenario import (ELASTIC_KINDS, KINDS, RIGID_KINDS, Scenario, Scen
 
 __all__ = ["check", "RunConfig", "atomic_write_text", "metrics", "IDLE", "empty_owner",
            "load_plan", "save_plan", "POLICIES", "ELASTIC_KINDS", "KINDS", "RIGID_KINDS",
-           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee", "guarded_starts", "short_now", "demand_seen",
-           "simulate_online",
+           "Scenario", "ScenarioError", "from_dict", "load", "plan_now", "held_guarantee",
+           "guarded_starts", "short_now", "demand_seen", "simulate_online",
            "policy_plan", "SERVE_POLICIES"]
 
 SERVE_POLICIES = ("greedy", "allocator")

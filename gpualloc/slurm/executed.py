@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from gpualloc.slurm import bridge
-from gpualloc.slurm.read import SlurmJob, SlurmReadError
+from gpualloc.slurm.read import SlurmJob, SlurmReadError, resumed
 
 SEARCH_MAX_GPUS = 16
 """Nodes up to this many GPUs get the renumbering search (backtracking)."""
@@ -198,8 +198,11 @@ def executed(s, jobs: list[SlurmJob], nodes: list[str], since: float, step_s: fl
         start = round((j.start - since) / step_s)
         job = s.jobs[k]
         length = job.duration
-        if job.preemptible and j.hints.get("done", "").isdigit():  # resumed: restore, the rest
-            length = job.restart_cost + job.duration - int(j.hints["done"])
+        if job.rigid:  # a run after serve requeued it: its restore and the rest
+            try:
+                length += resumed(j.hints)
+            except SlurmReadError:
+                pass  # no progress to read: its whole duration
         if j.state == "RUNNING" or j.end is None:
             end = start + (length or 1)
         else:

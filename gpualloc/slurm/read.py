@@ -141,6 +141,30 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
+def preemptible(hints: dict[str, str]) -> bool:
+    """A comment's `preemptible=1` (or true, yes)."""
+    return hints.get("preemptible", "").lower() in ("1", "true", "yes")
+
+
+def steps_hint(hints: dict[str, str], key: str) -> int:
+    """A comment's `key=`, a whole number of steps >= 0 (0 without it)."""
+    value = hints.get(key, "0")
+    if not value.isdigit():
+        raise SlurmReadError(f"comment {key}={value!r} is not a whole number of steps >= 0")
+    return int(value)
+
+
+def resumed(hints: dict[str, str]) -> int:
+    """Steps that a run of a preemptible job serve requeued adds to its
+    length: PROBLEM.md's later segment restores for `restart_cost=` steps,
+    then makes what is left after the progress made before (`done=`, which
+    serve writes into the comment as it requeues the job). 0 for any other
+    job. The snapshot, `executed` and the lab's sleep all read it here."""
+    if "done" not in hints or not preemptible(hints):
+        return 0
+    return steps_hint(hints, "restart_cost") - steps_hint(hints, "done")
+
+
 def comment_hints(text: str | None) -> dict[str, str]:
     """'kind=training priority=3 runtime=90m' (spaces, commas or semicolons
     between pairs) -> {kind: training, ...}. Words without '=' are ignored."""

@@ -16,7 +16,7 @@ import sys
 import time
 from datetime import datetime
 
-from gpualloc.slurm.read import comment_hints
+from gpualloc.slurm import read
 
 
 def slurm_start(now: float) -> tuple[float, str]:
@@ -35,13 +35,11 @@ def slurm_start(now: float) -> tuple[float, str]:
 
 
 def resumed(comment: str) -> int:
-    """snapshot.resumed, from the comment alone: the restore less the progress
-    made before (0 unless serve requeued the job)."""
-    h = comment_hints(comment)
-    if "done" not in h or h.get("preemptible", "").lower() not in ("1", "true", "yes"):
+    """read.resumed from the comment alone (0 where it cannot be read)."""
+    try:
+        return read.resumed(read.comment_hints(comment))
+    except read.SlurmReadError:
         return 0
-    whole = [h.get(k, "0") for k in ("restart_cost", "done")]
-    return int(whole[0]) - int(whole[1]) if all(v.isdigit() for v in whole) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gpualloc.slurm import bridge
+from gpualloc.slurm import read
 from gpualloc.slurm.read import SlurmJob, SlurmNode, SlurmReadError, duration_seconds, natural_key
 
 REPLICA_TAG = "gpualloc=replica"
@@ -143,26 +144,16 @@ def duration_steps(j: SlurmJob, step_s: float) -> int | None:
 
 
 def preemptible(j: SlurmJob) -> bool:
-    return j.hints.get("preemptible", "").lower() in ("1", "true", "yes")
+    return read.preemptible(j.hints)
 
 
 def steps_hint(j: SlurmJob, key: str) -> int:
-    """The comment's `key=`, a whole number of steps >= 0 (0 without it)."""
-    value = j.hints.get(key, "0")
-    if not value.isdigit():
-        raise SlurmReadError(f"comment {key}={value!r} is not a whole number of steps >= 0")
-    return int(value)
+    return read.steps_hint(j.hints, key)
 
 
 def resumed(j: SlurmJob) -> int:
-    """Steps that a run of a preemptible job serve requeued adds to its
-    length: PROBLEM.md's later segment restores for `restart_cost=` steps,
-    then makes what is left after the progress made before (`done=`, which
-    serve writes into the comment as it requeues the job). 0 for any other
-    job."""
-    if "done" not in j.hints or not preemptible(j):
-        return 0
-    return steps_hint(j, "restart_cost") - steps_hint(j, "done")
+    """read.resumed of the job's comment."""
+    return read.resumed(j.hints)
 
 
 def job_key(j: SlurmJob, names: dict[str, int]) -> str:
